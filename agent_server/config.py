@@ -1,0 +1,139 @@
+"""Settings, read once from the environment at boot (SPEC 1).
+
+A bad value refuses to start with one line naming the variable and the value
+(`ConfigError`); `__main__` prints it and exits non-zero, without a traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import SecretStr
+
+from agent_server.errors import ConfigError
+
+RUNTIME_ALIASES = {
+    "claude-code": "claude-code",
+    "claude": "claude-code",
+    "codex": "codex",
+    "gemini-cli": "gemini-cli",
+    "gemini": "gemini-cli",
+}
+DEFAULT_COMMANDS = {"claude-code": "claude", "codex": "codex", "gemini-cli": "gemini"}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the server reads from its environment, parsed and checked."""
+
+    agent_name: str
+    runtime: str
+    runtime_command: str
+    host: str
+    port: int
+    state_dir: Path
+    env_file: Path
+    workdir: Path
+    permission_mode: str
+    max_parallel: int
+    shutdown_grace_s: float
+    max_log_bytes: int
+    auth_token: SecretStr | None
+    insecure_no_auth: bool
+    baseline_env: Mapping[str, str] = field(repr=False)
+    """The process environment at boot: the lowest spawn-env layer (SPEC 4)."""
+
+    @property
+    def override_file(self) -> Path:
+        """The token override file (SPEC 3)."""
+        return self.state_dir / "oauth-token"
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str]) -> Settings:
+        """Parse settings from an environment mapping; raise ConfigError on a bad value."""
+        home = Path(environ.get("HOME") or Path.home())
+        runtime_raw = environ.get("AGENT_RUNTIME", "claude-code")
+        runtime = RUNTIME_ALIASES.get(runtime_raw.strip().lower())
+        if runtime is None:
+            msg = (
+                f"AGENT_RUNTIME={runtime_raw!r} is not a known runtime "
+                f"(expected one of: {', '.join(sorted(RUNTIME_ALIASES))})"
+            )
+            raise ConfigError(msg)
+        state_home = environ.get("XDG_STATE_HOME") or str(home / ".local" / "state")
+        token = environ.get("TRINITY_AGENT_AUTH_TOKEN", "").strip()
+        return cls(
+            agent_name=environ.get("AGENT_NAME") or socket.gethostname(),
+            runtime=runtime,
+            runtime_command=environ.get("AGENT_SERVER_RUNTIME_COMMAND")
+            or DEFAULT_COMMANDS[runtime],
+            host=environ.get("AGENT_SERVER_HOST", "127.0.0.1"),
+            port=_integer(environ, "AGENT_SERVER_PORT", 8000, minimum=0, maximum=65535),
+            state_dir=Path(
+                environ.get("AGENT_SERVER_STATE_DIR") or Path(state_home) / "agent-server"
+            ),
+            env_file=Path(environ.get("AGENT_SERVER_ENV_FILE") or home / ".env"),
+            workdir=Path(environ.get("AGENT_SERVER_WORKDIR") or home),
+            permission_mode=environ.get("AGENT_SERVER_PERMISSION_MODE", "bypassPermissions"),
+            max_parallel=_integer(environ, "AGENT_SERVER_MAX_PARALLEL", 32, minimum=1),
+            shutdown_grace_s=_number(environ, "AGENT_SERVER_SHUTDOWN_GRACE_S", 30.0),
+            max_log_bytes=_integer(environ, "AGENT_SERVER_MAX_LOG_BYTES", 8 * 1024 * 1024),
+            auth_token=SecretStr(token) if token else None,
+            insecure_no_auth=_flag(environ, "AGENT_SERVER_INSECURE_NO_AUTH"),
+            baseline_env=dict(environ),
+        )
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        """Parse settings from this process's environment."""
+        return cls.from_environ(os.environ)
+
+
+def _integer(
+    environ: Mapping[str, str],
+    name: str,
+    default: int,
+    *,
+    minimum: int = 0,
+    maximum: int | None = None,
+) -> int:
+    raw = environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        value = None
+    if value is None or value < minimum or (maximum is not None and value > maximum):
+        bounds = f">= {minimum}" if maximum is None else f"in {minimum}..{maximum}"
+        msg = f"{name}={raw!r} is not an integer {bounds}"
+        raise ConfigError(msg)
+    return value
+
+
+def _number(environ: Mapping[str, str], name: str, default: float) -> float:
+    raw = environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        msg = f"{name}={raw!r} is not a non-negative number of seconds"
+        raise ConfigError(msg)
+    return value
+
+
+def _flag(environ: Mapping[str, str], name: str) -> bool:
+    raw = environ.get(name, "").strip().lower()
+    if raw in ("", "0", "false", "no"):
+        return False
+    if raw in ("1", "true", "yes"):
+        return True
+    msg = f"{name}={raw!r} is not a boolean (use 1 or 0)"
+    raise ConfigError(msg)

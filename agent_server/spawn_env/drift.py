@@ -1,0 +1,101 @@
+"""What the next spawn would authenticate with, and where `.env` and the process differ.
+
+Pure functions over one credential state and one `.env` parse: names and
+fingerprints of credentials only, never a value (SPEC 4, credential status).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from agent_server.credentials.state import CredentialState, fingerprint
+from agent_server.spawn_env.layers import (
+    API_KEY,
+    AUTH_TOKEN,
+    BASE_URL,
+    CLAUDE_CREDENTIALS,
+    CLAUDE_OAUTH,
+    PROVIDER_SWITCHES,
+    Layer,
+    SpawnEnv,
+    build_spawn_env,
+    is_credential_name,
+)
+
+_TRUTHY = ("1", "true", "yes", "on")
+
+
+@dataclass(frozen=True)
+class EffectiveAuth:
+    """The credential the CLI will use, following its own precedence (shared/fixtures)."""
+
+    variable: str
+    layer: Layer
+    fingerprint: str | None
+    conflicts: list[str]
+
+
+@dataclass(frozen=True)
+class DriftRow:
+    """How one name differs between `.env`, the process env and the spawn env."""
+
+    key: str
+    in_file: bool
+    in_process_env: bool
+    equal: bool | None
+    overridden_for_spawn: bool
+    suppressed_for_spawn: bool
+    spawn_source: Layer | None
+
+
+def effective_auth(spawn: SpawnEnv) -> EffectiveAuth | None:
+    """Which credential a spawn with this env authenticates with, or None."""
+    env = spawn.env
+    carried = [name for name in CLAUDE_CREDENTIALS if env.get(name)]
+    switches = [name for name in PROVIDER_SWITCHES if env.get(name, "").lower() in _TRUTHY]
+    if switches:
+        chosen = switches[0]
+        return EffectiveAuth(chosen, spawn.sources[chosen], None, switches[1:] + carried)
+    if not carried:
+        return None
+    chosen = carried[0]
+    return EffectiveAuth(chosen, spawn.sources[chosen], fingerprint(env[chosen]), carried[1:])
+
+
+def auth_mode(auth: EffectiveAuth | None) -> str:
+    """A one-word summary of `auth`: subscription, api_key, gateway, provider or none."""
+    if auth is None:
+        return "none"
+    return {CLAUDE_OAUTH: "subscription", API_KEY: "api_key", AUTH_TOKEN: "gateway"}.get(
+        auth.variable, "provider"
+    )
+
+
+def env_drift(state: CredentialState, dotenv: Mapping[str, str], spawn: SpawnEnv) -> list[DriftRow]:
+    """One row per `.env` key, baseline credential name and overridden name."""
+    baseline = state.baseline
+    names = set(dotenv) | set(state.overrides)
+    names |= {n for n in baseline if is_credential_name(n) or n in (*PROVIDER_SWITCHES, BASE_URL)}
+    rows = []
+    for name in sorted(names):
+        in_file, in_env = name in dotenv, name in baseline
+        overridden = name in state.overrides
+        unset = overridden and state.overrides[name] is None
+        rows.append(
+            DriftRow(
+                key=name,
+                in_file=in_file,
+                in_process_env=in_env,
+                equal=(dotenv[name] == baseline[name]) if in_file and in_env else None,
+                overridden_for_spawn=overridden and not unset,
+                suppressed_for_spawn=unset,
+                spawn_source=spawn.sources.get(name),
+            )
+        )
+    return rows
+
+
+def spawn_preview(state: CredentialState, dotenv: Mapping[str, str]) -> SpawnEnv:
+    """The env a plain spawn (no per-spawn override) would get now."""
+    return build_spawn_env(state.baseline, dotenv, state.overrides)

@@ -1,0 +1,61 @@
+"""Fixtures shared by every test tier: the test-secret registry and a clean agent env."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Iterable
+from pathlib import Path
+
+import pytest
+
+
+class SecretRegistry:
+    """Every credential value a test hands to the server, so leak checks can look for it.
+
+    Values are deliberately NOT token-shaped (no `sk-ant-`), so only exact-value
+    redaction can hide them: a leak check then proves the redactor, not a pattern.
+    """
+
+    def __init__(self) -> None:
+        self._values: dict[str, str] = {}
+
+    def new(self, label: str) -> str:
+        """A fresh random secret, remembered under `label`."""
+        return self.add(label, f"tsec{label.replace('_', '')}{secrets.token_hex(12)}")
+
+    def add(self, label: str, value: str) -> str:
+        """Remember an existing secret value (e.g. one the server generated)."""
+        self._values[value] = label
+        return value
+
+    def leaks(self, texts: Iterable[str]) -> list[str]:
+        """Labels of registered secrets that occur in any of `texts`."""
+        joined = "\n".join(texts)
+        return sorted({label for value, label in self._values.items() if value in joined})
+
+
+@pytest.fixture(scope="session")
+def secret_registry() -> SecretRegistry:
+    """The session-wide registry of test credential values."""
+    return SecretRegistry()
+
+
+def agent_environ(root: Path) -> dict[str, str]:
+    """A minimal process env for an agent-server whose home, state and `.env` live in `root`."""
+    home = root / "home"
+    home.mkdir(parents=True, exist_ok=True)
+    return {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(home),
+        "AGENT_NAME": "test-agent",
+        "AGENT_SERVER_STATE_DIR": str(root / "state"),
+        "AGENT_SERVER_ENV_FILE": str(home / ".env"),
+        "AGENT_SERVER_WORKDIR": str(home),
+    }
+
+
+@pytest.fixture
+def environ(tmp_path: Path) -> dict[str, str]:
+    """A minimal agent env rooted in this test's tmp_path (add credentials per test)."""
+    return agent_environ(tmp_path)

@@ -1,0 +1,104 @@
+"""Settings (SPEC 1): defaults, aliases, and a one-line refusal for a bad value."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agent_server.config import Settings
+from agent_server.errors import ConfigError
+
+
+def test_defaults(tmp_path: Path) -> None:
+    """With only HOME set, every setting takes its SPEC 1 default."""
+    settings = Settings.from_environ({"HOME": str(tmp_path)})
+    assert (settings.runtime, settings.runtime_command) == ("claude-code", "claude")
+    assert (settings.host, settings.port) == ("127.0.0.1", 8000)
+    assert settings.state_dir == tmp_path / ".local" / "state" / "agent-server"
+    assert settings.override_file == settings.state_dir / "oauth-token"
+    assert settings.env_file == tmp_path / ".env"
+    assert settings.workdir == tmp_path
+    assert settings.permission_mode == "bypassPermissions"
+    assert (settings.max_parallel, settings.shutdown_grace_s) == (32, 30.0)
+    assert settings.max_log_bytes == 8388608
+    assert (settings.auth_token, settings.insecure_no_auth) == (None, False)
+
+
+def test_xdg_state_home_moves_the_state_dir(tmp_path: Path) -> None:
+    """XDG_STATE_HOME is honoured when AGENT_SERVER_STATE_DIR is unset."""
+    settings = Settings.from_environ({"HOME": "/h", "XDG_STATE_HOME": str(tmp_path)})
+    assert settings.state_dir == tmp_path / "agent-server"
+
+
+@pytest.mark.parametrize(
+    ("raw", "runtime", "command"),
+    [
+        pytest.param("claude", "claude-code", "claude", id="claude is an alias of claude-code"),
+        pytest.param("codex", "codex", "codex", id="codex"),
+        pytest.param("gemini", "gemini-cli", "gemini", id="gemini is an alias of gemini-cli"),
+        pytest.param(" Gemini-CLI ", "gemini-cli", "gemini", id="case and blanks are forgiven"),
+    ],
+)
+def test_runtime_aliases(raw: str, runtime: str, command: str) -> None:
+    """Each runtime spelling maps to its canonical name and default command."""
+    settings = Settings.from_environ({"HOME": "/h", "AGENT_RUNTIME": raw})
+    assert (settings.runtime, settings.runtime_command) == (runtime, command)
+
+
+def test_the_controller_token_is_secret_and_stripped() -> None:
+    """TRINITY_AGENT_AUTH_TOKEN is a SecretStr, never shown in repr."""
+    settings = Settings.from_environ({"HOME": "/h", "TRINITY_AGENT_AUTH_TOKEN": " ctl-secret-1 "})
+    assert settings.auth_token is not None
+    assert settings.auth_token.get_secret_value() == "ctl-secret-1"
+    assert "ctl-secret-1" not in repr(settings)
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        pytest.param("AGENT_RUNTIME", "cursor", id="an unknown runtime"),
+        pytest.param("AGENT_SERVER_PORT", "eighty", id="a non-numeric port"),
+        pytest.param("AGENT_SERVER_PORT", "65536", id="a port out of range"),
+        pytest.param("AGENT_SERVER_MAX_PARALLEL", "0", id="zero parallel turns"),
+        pytest.param("AGENT_SERVER_SHUTDOWN_GRACE_S", "nan", id="a NaN grace"),
+        pytest.param("AGENT_SERVER_SHUTDOWN_GRACE_S", "-1", id="a negative grace"),
+        pytest.param("AGENT_SERVER_INSECURE_NO_AUTH", "maybe", id="a non-boolean flag"),
+    ],
+)
+def test_bad_values_are_refused(name: str, value: str) -> None:
+    """A bad value raises ConfigError naming the variable and the value."""
+    with pytest.raises(ConfigError) as caught:
+        Settings.from_environ({"HOME": "/h", name: value})
+    assert name in str(caught.value)
+    assert value in str(caught.value)
+
+
+def _agent_server_command() -> list[str]:
+    script = Path(sys.executable).with_name("agent-server")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "agent_server"]
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        pytest.param("AGENT_RUNTIME", "cursor-agent", id="an unknown runtime"),
+        pytest.param("AGENT_SERVER_PORT", "eighty", id="a non-numeric port"),
+    ],
+)
+def test_the_command_refuses_to_start_with_one_line(tmp_path: Path, name: str, value: str) -> None:
+    """`agent-server` exits non-zero with exactly one stderr line and no traceback."""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path), name: value}
+    done = subprocess.run(
+        [*_agent_server_command(), "serve"], env=env, capture_output=True, text=True, timeout=60
+    )
+    lines = done.stderr.splitlines()
+    assert done.returncode != 0
+    assert len(lines) == 1, done.stderr
+    assert name in lines[0]
+    assert value in lines[0]
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / ".local").exists()
