@@ -1,0 +1,437 @@
+"""Run one turn's CLI as a subprocess in its own process group, and leave nothing behind.
+
+The runner owns the process lifecycle and nothing else: it spawns argv (never a
+shell) in a new session with exactly the given env, writes stdin, hands each stdout
+line to `on_line` as it arrives, keeps a bounded stderr tail, and ends the turn on
+exit, timeout, the `cancel` event, or its own cancellation. Every ending kills the
+whole process group and reaps it, grandchildren included.
+
+Why `loop.subprocess_exec` with our own protocol rather than
+`asyncio.create_subprocess_exec` (which wraps the same call): in Python 3.11,
+`Process.wait()` returns only once the stdout/stderr pipes have closed, so a
+grandchild that inherited stdout would hide the leader's exit and hang the turn.
+The protocol's `process_exited` fires when the leader is reaped, pipes or not, and
+the transport gives a public `close()` for pipes held by something outside the group.
+Data arrives as chunks that are split into lines synchronously, so nothing buffers
+more than one line (at most `max_line_bytes`) however fast the CLI prints.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import logging
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+import anyio
+
+from agent_server.execution.stream import ProcessFacts
+
+logger = logging.getLogger(__name__)
+
+# How long to wait for stdout/stderr EOF once the group is dead: only a process that
+# left the group (setsid) can hold the pipes longer, and it must not hang the turn.
+_DRAIN_TIMEOUT_S = 2.0
+# Bound on waiting for a killed group's members to disappear (reaping included).
+_REAP_TIMEOUT_S = 2.0
+_REAP_POLL_S = 0.01
+_PR_SET_CHILD_SUBREAPER = 36
+
+_SPAWN_ERRORS = (FileNotFoundError, PermissionError, NotADirectoryError)
+
+
+@dataclass(frozen=True)
+class ProcessResult:
+    """How one process run ended, and the pid it had (None if it never spawned)."""
+
+    facts: ProcessFacts
+    pid: int | None
+
+
+def enable_child_subreaper() -> bool:
+    """Make this process the reaper of its orphaned descendants (Linux `prctl`).
+
+    A grandchild whose parent died is re-parented to the nearest subreaper, else to
+    PID 1; an init that does not reap (or none, in a bare container) leaves killed
+    grandchildren as zombies forever. As subreaper, `run_process` reaps them itself.
+    Call once at boot; unnecessary when this process is PID 1. Returns False where
+    unsupported.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        result = int(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0))
+    except (OSError, AttributeError):
+        return False
+    return result == 0
+
+
+async def run_process(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    cwd: str | Path,
+    stdin: bytes,
+    timeout_s: float,
+    on_line: Callable[[bytes], None],
+    cancel: asyncio.Event,
+    kill_grace_s: float = 3.0,
+    max_line_bytes: int = 16 * 1024 * 1024,
+    stderr_tail_bytes: int = 64 * 1024,
+    on_spawn: Callable[[int], None] | None = None,
+) -> ProcessResult:
+    """Run argv to its end in its own process group and report how it ended.
+
+    - `env` is the whole environment of the child (nothing is inherited).
+    - `on_line` gets each stdout line without its newline, in order, as it arrives;
+      a line longer than `max_line_bytes` is dropped unseen. An exception from it
+      kills the group and is re-raised.
+    - A missing or non-executable command gives `facts.spawn_failed`, no exception.
+    - The timeout (from spawn), `cancel`, or cancelling this coroutine kill the group:
+      SIGTERM, up to `kill_grace_s` for the leader to exit, then SIGKILL. After a
+      normal exit, whatever is left of the group is SIGKILLed. Every ending reaps the
+      leader and the group's members that are our children before returning (or
+      before re-raising the cancellation).
+    - `facts.stderr` is the last `stderr_tail_bytes` of stderr, not yet redacted.
+    """
+    if not argv:
+        msg = "argv must name a command"
+        raise ValueError(msg)
+    loop = asyncio.get_running_loop()
+    protocol = _TurnProtocol(
+        on_line=on_line, max_line_bytes=max_line_bytes, stderr_tail_bytes=stderr_tail_bytes
+    )
+    try:
+        transport, _ = await loop.subprocess_exec(
+            lambda: protocol,
+            *argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=dict(env),
+            cwd=cwd,
+            start_new_session=True,
+        )
+    except _SPAWN_ERRORS:
+        return ProcessResult(ProcessFacts(exit_code=None, spawn_failed=True), pid=None)
+
+    pid = transport.get_pid()
+    # start_new_session makes the leader the leader of a new group: pgid == pid.
+    turn = _Turn(transport, protocol, pgid=pid, kill_grace_s=kill_grace_s)
+    deadline = loop.time() + timeout_s
+    try:
+        if on_spawn is not None:
+            on_spawn(pid)
+        _write_stdin(transport, stdin)
+        ending = await turn.wait_for_ending(deadline, cancel)
+    except BaseException:
+        await _run_to_completion(turn.kill())
+        raise
+    if ending == "exited":
+        await _run_to_completion(turn.finish_after_exit())
+    else:
+        await _run_to_completion(turn.kill())
+    if protocol.error is not None:
+        raise protocol.error
+
+    facts = ProcessFacts(
+        exit_code=transport.get_returncode(),
+        stderr=protocol.stderr_tail(),
+        timed_out=ending == "timeout",
+        terminated=ending == "cancelled",
+    )
+    return ProcessResult(facts=facts, pid=pid)
+
+
+def _write_stdin(transport: asyncio.SubprocessTransport, data: bytes) -> None:
+    """Write all of stdin and close it; a child that exits unread is not an error."""
+    pipe = transport.get_pipe_transport(0)
+    # Duck-typed: uvloop's pipe transport is not an asyncio.WriteTransport subclass.
+    if pipe is None:
+        return
+    pipe = cast(asyncio.WriteTransport, pipe)
+    # The pipe transport buffers what the child has not read yet and flushes it
+    # before closing; a broken pipe only closes it (logged at debug by asyncio).
+    pipe.write(data)
+    pipe.close()
+
+
+async def _run_to_completion(cleanup: Coroutine[Any, Any, None]) -> None:
+    """Run a kill/reap to its end even if we are cancelled meanwhile, then re-raise.
+
+    A cancellation arriving mid-cleanup must not leave the group alive or unreaped, so
+    the cleanup runs in its own task. anyio (Starlette's request scopes) re-delivers a
+    cancellation at every await, which would spin this loop for the whole grace: its
+    shield stops that, and the loop covers plain `Task.cancel()`.
+    """
+    task = asyncio.ensure_future(cleanup)
+    interrupted = False
+    with anyio.CancelScope(shield=True):
+        while not task.done():
+            try:
+                await asyncio.shield(task)
+            except asyncio.CancelledError:
+                interrupted = True
+    task.result()
+    if interrupted:
+        raise asyncio.CancelledError
+
+
+class _LineSplitter:
+    """Splits stdout chunks into lines, dropping any line longer than the limit."""
+
+    def __init__(self, on_line: Callable[[bytes], None], max_line_bytes: int) -> None:
+        self._on_line = on_line
+        self._max = max_line_bytes
+        self._partial = bytearray()
+        # True while inside an over-long line: its bytes are skipped until its newline.
+        self._discarding = False
+
+    def feed(self, chunk: bytes) -> None:
+        view = memoryview(chunk)
+        start = 0
+        while True:
+            newline = chunk.find(b"\n", start)
+            end = len(chunk) if newline < 0 else newline
+            if not self._discarding:
+                if len(self._partial) + (end - start) > self._max:
+                    # Too long: forget what we held and skip the rest of it.
+                    self._partial = bytearray()
+                    self._discarding = True
+                else:
+                    self._partial += view[start:end]
+            if newline < 0:
+                return
+            if self._discarding:
+                self._discarding = False
+            else:
+                line = bytes(self._partial)
+                self._partial.clear()
+                self._on_line(line)
+            start = newline + 1
+
+    def close(self) -> None:
+        """At EOF: an unterminated last line is still a line (unless over-long)."""
+        if self._partial and not self._discarding:
+            line = bytes(self._partial)
+            self._partial.clear()
+            self._on_line(line)
+        self._discarding = False
+
+
+class _TurnProtocol(asyncio.SubprocessProtocol):
+    """Receives the child's pipes and exit; all state of one run's I/O."""
+
+    def __init__(
+        self, *, on_line: Callable[[bytes], None], max_line_bytes: int, stderr_tail_bytes: int
+    ) -> None:
+        self._lines = _LineSplitter(on_line, max_line_bytes)
+        self._stderr = bytearray()
+        self._stderr_max = stderr_tail_bytes
+        self.exited = asyncio.Event()
+        self.stdout_closed = asyncio.Event()
+        self.stderr_closed = asyncio.Event()
+        self.closed = asyncio.Event()
+        self.failed = asyncio.Event()
+        self.error: Exception | None = None
+
+    def pipe_data_received(self, fd: int, data: bytes) -> None:
+        if fd == 1:
+            self._deliver(lambda: self._lines.feed(data))
+        elif fd == 2:
+            self._stderr += data
+            excess = len(self._stderr) - self._stderr_max
+            if excess > 0:
+                del self._stderr[:excess]
+
+    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        if fd == 1:
+            self._deliver(self._lines.close)
+            self.stdout_closed.set()
+        elif fd == 2:
+            self.stderr_closed.set()
+
+    def process_exited(self) -> None:
+        self.exited.set()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed.set()
+
+    def stderr_tail(self) -> str:
+        return self._stderr.decode("utf-8", errors="replace")
+
+    def _deliver(self, step: Callable[[], None]) -> None:
+        # A callback error cannot propagate out of a protocol callback: keep it for
+        # run_process to re-raise, and stop delivering (the group is being killed).
+        if self.error is not None:
+            return
+        try:
+            step()
+        except Exception as exc:
+            self.error = exc
+            self.failed.set()
+
+
+class _Turn:
+    """One spawned process group: how to wait for its end, kill it, and reap it."""
+
+    def __init__(
+        self,
+        transport: asyncio.SubprocessTransport,
+        protocol: _TurnProtocol,
+        *,
+        pgid: int,
+        kill_grace_s: float,
+    ) -> None:
+        self._transport = transport
+        self._protocol = protocol
+        self._pgid = pgid
+        self._grace = kill_grace_s
+
+    async def wait_for_ending(self, deadline: float, cancel: asyncio.Event) -> str:
+        """Wait for the first ending: `exited`, `failed`, `cancelled` or `timeout`."""
+        loop = asyncio.get_running_loop()
+        waiters = [
+            asyncio.ensure_future(self._protocol.exited.wait()),
+            asyncio.ensure_future(self._protocol.failed.wait()),
+            asyncio.ensure_future(cancel.wait()),
+        ]
+        try:
+            await asyncio.wait(
+                waiters,
+                timeout=max(0.0, deadline - loop.time()),
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+        # A callback failure must surface even if the process also ended; an exit
+        # that raced the cancel or the deadline is a normal end.
+        if self._protocol.failed.is_set():
+            return "failed"
+        if self._protocol.exited.is_set():
+            return "exited"
+        if cancel.is_set():
+            return "cancelled"
+        return "timeout"
+
+    async def kill(self) -> None:
+        """SIGTERM the group, give the leader the grace, SIGKILL the group, reap all."""
+        _signal_group(self._pgid, signal.SIGTERM)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._protocol.exited.wait(), self._grace)
+        # Unconditional: members that ignore SIGTERM outlive a leader that obeyed it.
+        _signal_group(self._pgid, signal.SIGKILL)
+        await self._protocol.exited.wait()  # the child watcher has reaped the leader
+        await self._reap_group()
+        await self._drain_and_close()
+
+    async def finish_after_exit(self) -> None:
+        """After the leader exited on its own: kill and reap what is left, read the rest."""
+        await self._reap_group()
+        await self._drain_and_close()
+
+    async def _reap_group(self) -> None:
+        """SIGKILL the group until it is empty, reaping the members that are our children.
+
+        Grandchildren orphaned by the leader's death are re-parented to us when we
+        are PID 1 or a subreaper (`enable_child_subreaper`); asyncio reaps only the
+        leader, so their zombies are ours to collect.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _REAP_TIMEOUT_S
+        me = os.getpid()
+        while True:
+            try:
+                os.killpg(self._pgid, 0)
+            except ProcessLookupError:
+                return  # the group is empty: nothing survived, no zombie left
+            except PermissionError:
+                return  # what is left is not ours to signal
+            _signal_group(self._pgid, signal.SIGKILL)
+            members = _group_members(self._pgid)
+            member_pids = {member.pid for member in members}
+            pending = False
+            for member in members:
+                if member.state != "Z":
+                    pending = True  # SIGKILLed above; wait for it to die
+                elif member.ppid == me:
+                    _reap(member.pid)
+                    pending = True  # re-check the group after reaping
+                elif member.ppid in member_pids:
+                    pending = True  # its dying parent reaps it or hands it to us
+                # Else a zombie of a parent outside the group: not ours to reap.
+            if not pending:
+                return
+            if loop.time() >= deadline:
+                logger.warning("process group %d still has members after SIGKILL", self._pgid)
+                return
+            await asyncio.sleep(_REAP_POLL_S)
+
+    async def _drain_and_close(self) -> None:
+        """Read stdout/stderr to EOF (bounded), then release the pipes."""
+        protocol = self._protocol
+        try:
+            await asyncio.wait_for(
+                asyncio.gather(protocol.stdout_closed.wait(), protocol.stderr_closed.wait()),
+                _DRAIN_TIMEOUT_S,
+            )
+        except TimeoutError:
+            logger.warning(
+                "pipes of process group %d held open outside the group; closing them",
+                self._pgid,
+            )
+        self._transport.close()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(protocol.closed.wait(), _DRAIN_TIMEOUT_S)
+
+
+@dataclass(frozen=True)
+class _Member:
+    pid: int
+    state: str
+    ppid: int
+
+
+def _group_members(pgid: int) -> list[_Member]:
+    """The processes of group `pgid`, from /proc (empty where /proc is absent)."""
+    members: list[_Member] = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return members
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as stat_file:
+                stat = stat_file.read()
+        except OSError:
+            continue  # exited meanwhile
+        # The command name may hold spaces and parentheses: split after the last ')'.
+        fields = stat.rpartition(b")")[2].split()
+        if len(fields) < 3 or int(fields[2]) != pgid:
+            continue
+        members.append(_Member(pid=int(entry), state=fields[0].decode(), ppid=int(fields[1])))
+    return members
+
+
+def _signal_group(pgid: int, signum: signal.Signals) -> None:
+    """Signal the whole group; an already empty group is fine."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signum)
+
+
+def _reap(pid: int) -> None:
+    """Collect one zombie child of ours (someone else may have been faster)."""
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)

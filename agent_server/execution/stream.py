@@ -1,0 +1,72 @@
+"""What a runtime's output stream said, normalised across runtimes.
+
+Each runtime adapter parses its own event stream (Claude Code stream-json, Codex
+`exec --json`, Gemini CLI stream-json) incrementally into one `TurnStream`. The
+outcome classifier and the response builder read only this, never raw events, so
+one classification table serves every runtime.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class TurnStream:
+    """The facts of one turn's stream that the response and the classifier need.
+
+    Fields are filled while the stream is read; absent facts stay None/empty.
+    `error_texts` holds text seen on ERROR channels only (an `is_error` result, an
+    API-error assistant message, a runtime's error event): never the model's prose
+    or tool output, which may legitimately mention "401" or "rate limit".
+    """
+
+    session_id: str | None = None
+    model: str | None = None
+    permission_mode: str | None = None
+    api_key_source: str | None = None
+
+    # The final result (Claude `result` event, Codex `turn.completed`, Gemini `result`).
+    has_result: bool = False
+    is_error: bool = False
+    result_text: str | None = None
+    subtype: str | None = None
+    terminal_reason: str | None = None
+
+    # Structured API-error facts, from the result or an API-error assistant event.
+    api_error_status: int | None = None
+    api_error: str | None = None
+    api_error_type: str | None = None
+    error_codes: list[str] = field(default_factory=list)
+    """Assistant `error` values, e.g. `rate_limit`, `authentication_failed`."""
+
+    rate_limit_info: dict[str, Any] | None = None
+    """The last `rate_limit_info` whose status is `rejected`."""
+
+    api_retries: list[dict[str, Any]] = field(default_factory=list)
+    error_texts: list[str] = field(default_factory=list)
+
+    # The model's own prose, joined for the response when no result text came.
+    assistant_text: list[str] = field(default_factory=list)
+
+    num_turns: int | None = None
+    cost_usd: float | None = None
+    duration_ms: int | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class ProcessFacts:
+    """What the runner knows about how the process ended, beside its stream."""
+
+    exit_code: int | None
+    """Exit status as asyncio reports it: negative for a signal, None if never spawned."""
+    stderr: str = ""
+    """A bounded tail of stderr (decoded, already redacted by the caller)."""
+    timed_out: bool = False
+    terminated: bool = False
+    """Terminated through the terminate route (or the client went away)."""
+    spawn_failed: bool = False
+    """The runtime command is missing or not executable."""

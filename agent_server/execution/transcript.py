@@ -1,0 +1,67 @@
+"""The capped transcript of one turn: the raw stdout lines kept for `execution_log`.
+
+A CLI may print without bound, so the transcript keeps lines only up to a byte
+budget (`AGENT_SERVER_MAX_LOG_BYTES`). Past it, lines are dropped and the
+transcript says so (`truncated`), except the final result line: the controller
+needs it on every record, so it is always kept, after whatever fitted.
+"""
+
+from __future__ import annotations
+
+
+class Transcript:
+    """Raw stdout lines of one turn, kept up to `max_bytes` in total.
+
+    Lines are kept in order until one does not fit; from then on every further
+    line is dropped (the kept part stays a clean prefix, with no holes) and
+    `truncated` is True. A result line that does not fit is kept anyway, after the
+    prefix; a later over-budget result line replaces it, so memory stays bounded
+    by `max_bytes` plus one line whatever the CLI prints. Sizes count line bytes,
+    not the newlines between them.
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        """Start an empty transcript with a budget of `max_bytes` bytes."""
+        if max_bytes < 0:
+            msg = f"max_bytes must be >= 0, got {max_bytes}"
+            raise ValueError(msg)
+        self._max_bytes = max_bytes
+        self._lines: list[bytes] = []
+        self._kept_bytes = 0
+        # Once one line overflowed, the budget is closed: keeping a later, smaller
+        # line would leave a hole in the log that nobody could see.
+        self._full = False
+        self._late_result: bytes | None = None
+        self._truncated = False
+
+    def append(self, line: bytes, *, is_result: bool = False) -> None:
+        """Keep `line` if it fits the budget, or always when it is the final result."""
+        if not self._full and self._kept_bytes + len(line) <= self._max_bytes:
+            self._lines.append(line)
+            self._kept_bytes += len(line)
+            return
+        self._full = True
+        if not is_result:
+            self._truncated = True
+            return
+        if self._late_result is not None:
+            # Only the last result is "the final result"; the earlier one is dropped.
+            self._truncated = True
+        self._late_result = line
+
+    def lines(self) -> list[bytes]:
+        """The kept lines in order (the over-budget result line, if any, last)."""
+        if self._late_result is None:
+            return list(self._lines)
+        return [*self._lines, self._late_result]
+
+    @property
+    def truncated(self) -> bool:
+        """True when at least one line was dropped."""
+        return self._truncated
+
+    @property
+    def size(self) -> int:
+        """Bytes of the kept lines (newlines not counted)."""
+        late = len(self._late_result) if self._late_result is not None else 0
+        return self._kept_bytes + late

@@ -1,0 +1,237 @@
+"""Claude Code: `claude --print --output-format stream-json`, prompt on stdin.
+
+The stream-json events this reads (see shared/fixtures/claude-code-2.1.328):
+`system/init` (session, model, permission mode, `apiKeySource`), `system/api_retry`,
+`assistant` (prose, or an API-error message with `error`, `api_error_status`,
+`api_error`, `api_error_type`, `api_error_params.rate_limit_info`),
+`rate_limit_event`, and the final `result`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from agent_server.execution.stream import TurnStream
+from agent_server.runtimes.base import StreamParser, TurnSpec
+
+__all__ = ["ClaudeCodeAdapter", "ClaudeStreamParser", "decode_event"]
+
+# One error text is enough to classify and to show; a runaway one must not grow memory.
+MAX_ERROR_TEXT_CHARS = 4096
+MAX_ERROR_TEXTS = 32
+# The prose is kept for the response when no result text came; bounded all the same.
+MAX_ASSISTANT_TEXT_CHARS = 1_048_576
+# The retry events the classifier reads are few; a CLI retrying for minutes is not.
+MAX_API_RETRIES = 64
+_RETRY_KEYS = ("attempt", "max_retries", "retry_delay_ms", "error_status", "error")
+
+
+def decode_event(line: bytes) -> dict[str, Any] | None:
+    """One stdout line as a JSON object, or None for anything else (never raises)."""
+    stripped = line.strip()
+    if not stripped.startswith(b"{"):
+        return None
+    try:
+        event = json.loads(stripped)
+    except (ValueError, RecursionError):
+        # ValueError covers invalid JSON and invalid UTF-8 (UnicodeDecodeError).
+        return None
+    return event if isinstance(event, dict) else None
+
+
+def as_int(value: object) -> int | None:
+    """An int field, refusing bools and non-integral numbers."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
+def as_float(value: object) -> float | None:
+    """A numeric field as float, refusing bools."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def as_str(value: object) -> str | None:
+    """A non-empty string field, else None."""
+    return value if isinstance(value, str) and value else None
+
+
+def add_error_text(stream: TurnStream, text: str | None) -> None:
+    """Append one error-channel text, bounded and without repeating the last one."""
+    if not text or len(stream.error_texts) >= MAX_ERROR_TEXTS:
+        return
+    clipped = text[:MAX_ERROR_TEXT_CHARS]
+    if clipped not in stream.error_texts:
+        stream.error_texts.append(clipped)
+
+
+class ClaudeStreamParser:
+    """Parses Claude Code's stream-json, one line at a time, into a `TurnStream`."""
+
+    def __init__(self) -> None:
+        self.stream = TurnStream()
+        self._assistant_chars = 0
+
+    def feed(self, line: bytes) -> bool:
+        """Parse one stdout line; True when it is the final `result` event."""
+        event = decode_event(line)
+        if event is None:
+            return False
+        kind = event.get("type")
+        if self.stream.session_id is None:
+            self.stream.session_id = as_str(event.get("session_id"))
+        if kind == "system":
+            self._system(event)
+        elif kind == "assistant":
+            self._assistant(event)
+        elif kind == "rate_limit_event":
+            self._rate_limit(event.get("rate_limit_info"), require_rejected=True)
+        elif kind == "result":
+            self._result(event)
+            return True
+        return False
+
+    def _system(self, event: dict[str, Any]) -> None:
+        subtype = event.get("subtype")
+        if subtype == "init":
+            stream = self.stream
+            stream.session_id = as_str(event.get("session_id")) or stream.session_id
+            stream.model = as_str(event.get("model")) or stream.model
+            stream.permission_mode = as_str(event.get("permissionMode"))
+            stream.api_key_source = as_str(event.get("apiKeySource"))
+        elif subtype == "api_retry" and len(self.stream.api_retries) < MAX_API_RETRIES:
+            self.stream.api_retries.append({k: event[k] for k in _RETRY_KEYS if k in event})
+
+    def _assistant(self, event: dict[str, Any]) -> None:
+        texts = _text_blocks(event.get("message"))
+        is_api_error = bool(event.get("is_api_error_message")) or event.get("error") is not None
+        if not is_api_error:
+            for text in texts:
+                if self._assistant_chars + len(text) > MAX_ASSISTANT_TEXT_CHARS:
+                    break
+                self._assistant_chars += len(text)
+                self.stream.assistant_text.append(text)
+            return
+        # An API-error message is the CLI talking about the API, not the model's prose.
+        stream = self.stream
+        code = as_str(event.get("error"))
+        if code is not None and code not in stream.error_codes:
+            stream.error_codes.append(code)
+        _take_api_error_fields(stream, event)
+        for text in texts:
+            add_error_text(stream, text)
+        params = event.get("api_error_params")
+        if isinstance(params, dict):
+            self._rate_limit(params.get("rate_limit_info"), require_rejected=False)
+
+    def _rate_limit(self, info: object, *, require_rejected: bool) -> None:
+        # A rate_limit_event also reports `allowed` windows; only a rejection counts.
+        # The info attached to an API error is kept unless it says it was not rejected.
+        if not isinstance(info, dict):
+            return
+        status = info.get("status")
+        if status == "rejected" or (not require_rejected and status is None):
+            self.stream.rate_limit_info = dict(info)
+
+    def _result(self, event: dict[str, Any]) -> None:
+        stream = self.stream
+        stream.has_result = True
+        stream.is_error = event.get("is_error") is True
+        stream.result_text = event.get("result") if isinstance(event.get("result"), str) else None
+        stream.subtype = as_str(event.get("subtype"))
+        stream.terminal_reason = as_str(event.get("terminal_reason"))
+        _take_api_error_fields(stream, event)
+        stream.num_turns = as_int(event.get("num_turns"))
+        stream.cost_usd = as_float(event.get("total_cost_usd"))
+        stream.duration_ms = as_int(event.get("duration_ms"))
+        usage = event.get("usage")
+        if isinstance(usage, dict):
+            stream.input_tokens = as_int(usage.get("input_tokens"))
+            stream.output_tokens = as_int(usage.get("output_tokens"))
+        if stream.is_error:
+            add_error_text(stream, stream.result_text)
+            errors = event.get("errors")
+            if isinstance(errors, list):
+                for item in errors:
+                    add_error_text(stream, item if isinstance(item, str) else None)
+
+
+def _take_api_error_fields(stream: TurnStream, event: dict[str, Any]) -> None:
+    """Copy the API-error facts an event carries; a null never erases an earlier value."""
+    status = as_int(event.get("api_error_status"))
+    if status is not None:
+        stream.api_error_status = status
+    stream.api_error = as_str(event.get("api_error")) or stream.api_error
+    stream.api_error_type = as_str(event.get("api_error_type")) or stream.api_error_type
+
+
+def _text_blocks(message: object) -> list[str]:
+    """The text blocks of an assistant message's content."""
+    if not isinstance(message, dict):
+        return []
+    content = message.get("content")
+    if isinstance(content, str):
+        return [content] if content else []
+    if not isinstance(content, list):
+        return []
+    return [
+        block["text"]
+        for block in content
+        if isinstance(block, dict)
+        and block.get("type") == "text"
+        and isinstance(block.get("text"), str)
+        and block["text"]
+    ]
+
+
+class ClaudeCodeAdapter:
+    """Claude Code: takes a per-spawn Claude credential and reports its permission mode."""
+
+    name = "claude-code"
+    label = "Claude Code"
+    supports_auth_override = True
+    reports_permission_mode = True
+
+    def argv(self, command: str, turn: TurnSpec) -> list[str]:
+        """`claude --print --output-format stream-json --verbose --permission-mode …` (§6)."""
+        argv = [
+            command,
+            "--print",
+            "--output-format",
+            "stream-json",
+            # stream-json in --print mode requires --verbose.
+            "--verbose",
+            "--permission-mode",
+            turn.permission_mode,
+        ]
+        if turn.model:
+            argv += ["--model", turn.model]
+        if turn.max_turns is not None:
+            argv += ["--max-turns", str(turn.max_turns)]
+        if turn.system_prompt:
+            # One token: a prompt that starts with "-" must not read as an option.
+            argv.append(f"--append-system-prompt={turn.system_prompt}")
+        if turn.allowed_tools:
+            argv += ["--allowedTools", ",".join(turn.allowed_tools)]
+        if turn.resume_session_id:
+            argv += ["--resume", turn.resume_session_id]
+        elif turn.new_session_id:
+            argv += ["--session-id", turn.new_session_id]
+        if not turn.persist_session:
+            argv.append("--no-session-persistence")
+        return argv
+
+    def stdin(self, turn: TurnSpec) -> bytes:
+        """The prompt, UTF-8: never argv, where `ps` would show it."""
+        return turn.prompt.encode("utf-8")
+
+    def new_parser(self) -> StreamParser:
+        """A fresh stream-json parser for one turn."""
+        return ClaudeStreamParser()

@@ -1,0 +1,178 @@
+"""Capture real Claude Code transcripts against the Messages API stand-in.
+
+    .venv/bin/python -m tests.support.capture_fixtures tests/fixtures/claude-code-2.1.328-captured
+
+For each scenario it runs the real CLI (``AGENT_SERVER_TEST_CLAUDE_BIN``, else the /tmp/cc
+copy) as ``claude -p hi --output-format stream-json --verbose [args]`` with a fresh HOME
+and fake credentials, and writes ``NAME.stdout.jsonl``, ``NAME.stderr.txt`` and
+``NAME.json`` in the format of shared/fixtures/claude-code-2.1.328, plus a README.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.support.messages_api import MessagesApiStandIn, real_cli_path
+
+VERSION = "2.1.328"
+UNKNOWN_SESSION_ID = "3f0b6a2e-1111-4222-8333-944445555666"
+
+
+@dataclass(frozen=True)
+class Capture:
+    """One scenario: the extra env (fake credentials only), extra argv, and what it shows."""
+
+    name: str
+    shows: str
+    env: dict[str, str]
+    args: tuple[str, ...] = ()
+    sandbox: bool = True  # False: drop IS_SANDBOX, to see the root refusal
+
+
+CAPTURES = (
+    Capture(
+        "rate_limit_seven_day_oauth",
+        "subscription weekly window exhausted: rate_limit_event rateLimitType seven_day + "
+        "resetsAt; api_error usage_limit_reached; `You've hit your weekly limit · resets …`",
+        {"CLAUDE_CODE_OAUTH_TOKEN": "sk-ant-oat01-weekly-xxxx"},
+    ),
+    Capture(
+        "rate_limit_api_key",
+        "API key over its request limit: error rate_limit, api_error_status 429, but NO "
+        "rate_limit_event and no reset instant",
+        {"ANTHROPIC_API_KEY": "sk-ant-api03-ratelimit-xxxx", "CLAUDE_CODE_MAX_RETRIES": "0"},
+    ),
+    Capture(
+        "auth_api_key_401",
+        "API key rejected (401): error authentication_failed, one api_retry first, "
+        "`Invalid API key · Fix external API key`",
+        {"ANTHROPIC_API_KEY": "sk-ant-api03-badauth-xxxx", "CLAUDE_CODE_MAX_RETRIES": "1"},
+    ),
+    Capture(
+        "overloaded_529",
+        "API overloaded (529): an api_retry event, then error server_error, api_error_status 529",
+        {"CLAUDE_CODE_OAUTH_TOKEN": "sk-ant-oat01-overloaded-xxxx", "CLAUDE_CODE_MAX_RETRIES": "1"},
+    ),
+    Capture(
+        "server_error_500",
+        "API internal error (500), no retry: error server_error, api_error_status 500",
+        {
+            "CLAUDE_CODE_OAUTH_TOKEN": "sk-ant-oat01-servererror-xxxx",
+            "CLAUDE_CODE_MAX_RETRIES": "0",
+        },
+    ),
+    Capture(
+        "not_logged_in",
+        "no credential at all: authentication_failed, api_error_status null, no request sent",
+        {},
+    ),
+    Capture(
+        "unknown_session_resume",
+        "--resume <unknown uuid>: no init and no API call; one result subtype "
+        "error_during_execution, errors [`No conversation found with session ID: <id>`], "
+        "the same line on stderr",
+        {"CLAUDE_CODE_OAUTH_TOKEN": "sk-ant-oat01-good-xxxx"},
+        ("--resume", UNKNOWN_SESSION_ID),
+    ),
+    Capture(
+        "success_auth_token_gateway",
+        "ANTHROPIC_AUTH_TOKEN (a gateway token) is sent as Authorization: Bearer; "
+        "apiKeySource none",
+        {"ANTHROPIC_AUTH_TOKEN": "gw-token-good-xxxx"},
+    ),
+    Capture(
+        "root_refusal_bypass",
+        "as root without IS_SANDBOX, bypassPermissions is refused: empty stdout, one stderr line",
+        {"CLAUDE_CODE_OAUTH_TOKEN": "sk-ant-oat01-good-xxxx"},
+        ("--permission-mode", "bypassPermissions"),
+        sandbox=False,
+    ),
+)
+
+
+def capture(cli: Path, api: MessagesApiStandIn, spec: Capture, outdir: Path) -> dict[str, object]:
+    """Run one scenario and write its three files; return its metadata."""
+    argv = ["claude", "-p", "hi", "--output-format", "stream-json", "--verbose", *spec.args]
+    with tempfile.TemporaryDirectory() as home, tempfile.TemporaryDirectory() as work:
+        env = api.cli_env(Path(home), **spec.env)
+        if not spec.sandbox:
+            env.pop("IS_SANDBOX", None)
+        done = subprocess.run(
+            [str(cli), *argv[1:]],
+            env=env,
+            cwd=work,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=120,
+            check=False,
+        )
+    (outdir / f"{spec.name}.stdout.jsonl").write_bytes(done.stdout)
+    (outdir / f"{spec.name}.stderr.txt").write_bytes(done.stderr)
+    meta: dict[str, object] = {
+        "scenario": spec.name,
+        "shows": spec.shows,
+        "exit_code": done.returncode,
+        "argv": argv,
+        "env": spec.env,
+        "env_names": sorted(env),
+        "claude_code_version": VERSION,
+        "api": "tests/support/messages_api.py, the loopback stand-in for the Messages API; "
+        "its replies mirror the real API's error bodies and rate-limit headers",
+    }
+    (outdir / f"{spec.name}.json").write_text(json.dumps(meta, indent=2) + "\n")
+    return meta
+
+
+README_HEAD = """\
+# Real Claude Code transcripts (CLI 2.1.328), captured by this repo
+
+Written by `python -m tests.support.capture_fixtures` (do not edit by hand): the real
+`claude` binary run as `claude -p hi --output-format stream-json --verbose [args]`
+against `tests/support/messages_api.py` (the loopback Messages API stand-in), with a
+fresh HOME and fake credentials. Same three files a scenario as
+shared/fixtures/claude-code-2.1.328: `NAME.stdout.jsonl`, `NAME.stderr.txt`,
+`NAME.json` (exit code, argv, the fake credentials given, the names of all env vars).
+Reset instants, session ids and the stand-in's port differ between captures.
+
+| scenario | exit | shows |
+| --- | --- | --- |
+"""
+
+
+def write_readme(outdir: Path, metas: list[dict[str, object]]) -> None:
+    """Write the folder's README.md: one table row a scenario."""
+    rows = "".join(f"| {m['scenario']} | {m['exit_code']} | {m['shows']} |\n" for m in metas)
+    (outdir / "README.md").write_text(README_HEAD + rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Capture every scenario into the folder named on the command line."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        sys.stderr.write("usage: python -m tests.support.capture_fixtures OUTDIR\n")
+        return 2
+    cli = real_cli_path()
+    if cli is None or not cli.exists():
+        sys.stderr.write("the real CLI is missing: set AGENT_SERVER_TEST_CLAUDE_BIN\n")
+        return 2
+    outdir = Path(args[0])
+    outdir.mkdir(parents=True, exist_ok=True)
+    metas = []
+    with MessagesApiStandIn() as api:
+        for spec in CAPTURES:
+            if not spec.sandbox and os.geteuid() != 0:
+                continue  # the refusal only happens as root
+            metas.append(capture(cli, api, spec, outdir))
+            sys.stdout.write(f"{spec.name}: exit {metas[-1]['exit_code']}\n")
+    write_readme(outdir, metas)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,349 @@
+"""A fake Claude Code CLI (stdlib only), run through the executable ``fake-claude``.
+
+It takes the real CLI's print-mode argv, reads the prompt from stdin, and prints
+stream-json shaped like Claude Code 2.1.328 (init, assistant, result). Its result text
+is a JSON report of what it received, with credential VALUES replaced by sha256-12
+fingerprints::
+
+    {"served_by": "CLAUDE_CODE_OAUTH_TOKEN", "fp": "feeb305139b8",
+     "env_names": [...], "fingerprints": {"CLAUDE_CODE_OAUTH_TOKEN": "..."},
+     "argv": [...], "cwd": "...", "session": {"resume": null, "session_id": "...",
+     "persist": true}, "model": "...", "permission_mode": "...", "prompt": "..."}
+
+Directives, one a line in the prompt, run in order (see tests/support/README.md):
+``@scenario NAME``, ``@sleep S``, ``@spawn-grandchild S [inherit]``,
+``@print-bytes N``, ``@echo-env NAME``, ``@stderr TEXT``, ``@exit N``,
+``@kill-self``, ``@ignore-sigterm``, ``@unknown-session``, ``@root-refusal``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any, NoReturn
+
+VERSION = "2.1.328"
+DEFAULT_MODEL = "claude-sonnet-5-5"
+CREDENTIAL_NAMES = (
+    "CLAUDE_CODE_OAUTH_TOKEN",
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_AUTH_TOKEN",
+    "ANTHROPIC_BASE_URL",
+)
+# Provider switches beat every credential in the real CLI.
+PROVIDER_SWITCHES = ("CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX", "CLAUDE_CODE_USE_FOUNDRY")
+ROOT_REFUSAL = (
+    "--dangerously-skip-permissions cannot be used with root/sudo privileges for security reasons"
+)
+_HERE = Path(__file__).resolve().parent
+FIXTURE_DIRS = (
+    _HERE / "../../../shared/fixtures/claude-code-2.1.328",
+    _HERE / "../fixtures/claude-code-2.1.328-captured",
+)
+_CHUNK = 64 * 1024
+
+
+def fingerprint(value: str) -> str:
+    """Return the first 12 hex digits of the sha256 of ``value``."""
+    return hashlib.sha256(value.encode()).hexdigest()[:12]
+
+
+def served_by(env: dict[str, str]) -> str | None:
+    """Return the variable the real CLI would authenticate with, following its precedence."""
+    for name in (*PROVIDER_SWITCHES, "ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"):
+        if env.get(name):
+            return name
+    return "CLAUDE_CODE_OAUTH_TOKEN" if env.get("CLAUDE_CODE_OAUTH_TOKEN") else None
+
+
+def parse_argv(argv: list[str]) -> argparse.Namespace:
+    """Parse the print-mode flags the real CLI takes; unknown flags exit 1 like it does."""
+    parser = argparse.ArgumentParser(prog="claude", add_help=False, exit_on_error=False)
+    parser.add_argument("-p", "--print", action="store_true")
+    parser.add_argument("--output-format", default="text")
+    parser.add_argument("--input-format", default="text")
+    parser.add_argument("--verbose", action="store_true")
+    parser.add_argument("--permission-mode", default="default")
+    parser.add_argument("--dangerously-skip-permissions", action="store_true")
+    parser.add_argument("--model")
+    parser.add_argument("--max-turns", type=int)
+    parser.add_argument("--append-system-prompt")
+    parser.add_argument("--system-prompt")
+    parser.add_argument("--allowedTools", "--allowed-tools", nargs="+", action="append")
+    parser.add_argument("--disallowedTools", "--disallowed-tools", nargs="+", action="append")
+    parser.add_argument("-r", "--resume")
+    parser.add_argument("--session-id")
+    parser.add_argument("--no-session-persistence", action="store_true")
+    parser.add_argument("prompt", nargs="?")
+    try:
+        args, unknown = parser.parse_known_args(argv)
+    except argparse.ArgumentError as exc:
+        _die(f"error: {exc}")
+    if unknown:
+        _die(f"error: unknown option '{unknown[0]}'")
+    return args
+
+
+def _die(message: str, code: int = 1) -> NoReturn:
+    sys.stderr.write(message + "\n")
+    sys.stderr.flush()
+    sys.exit(code)
+
+
+def emit(event: dict[str, Any]) -> None:
+    """Print one stream-json event and flush, as the real CLI does line by line."""
+    sys.stdout.write(json.dumps(event, separators=(",", ":")) + "\n")
+    sys.stdout.flush()
+
+
+def find_fixture(name: str) -> Path:
+    """Return the ``NAME.stdout.jsonl`` of a shared or captured fixture."""
+    for folder in FIXTURE_DIRS:
+        candidate = folder / f"{name}.stdout.jsonl"
+        if candidate.is_file():
+            return candidate
+    _die(f"fake-claude: no fixture named {name!r} in {[str(d) for d in FIXTURE_DIRS]}", 2)
+
+
+class Turn:
+    """One invocation: argv, environment, prompt, and the session it runs in."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], prompt: str) -> None:
+        self.argv = argv
+        self.args = parse_argv(argv)
+        self.env = env
+        self.prompt = prompt
+        self.model = self.args.model or DEFAULT_MODEL
+        self.session_id = self.args.resume or self.args.session_id or str(uuid.uuid4())
+        self.started = time.monotonic()
+
+    def report(self) -> dict[str, Any]:
+        """Return what this turn received, with fingerprints instead of credential values."""
+        by = served_by(self.env)
+        value = self.env.get(by) if by else None
+        return {
+            "served_by": by,
+            "fp": fingerprint(value) if value else None,
+            "env_names": sorted(self.env),
+            "fingerprints": {
+                name: fingerprint(self.env[name]) for name in CREDENTIAL_NAMES if name in self.env
+            },
+            "argv": self.argv,
+            "cwd": os.getcwd(),
+            "session": {
+                "resume": self.args.resume,
+                "session_id": self.args.session_id,
+                "effective": self.session_id,
+                "persist": not self.args.no_session_persistence,
+            },
+            "model": self.model,
+            "permission_mode": self.args.permission_mode,
+            "max_turns": self.args.max_turns,
+            "allowed_tools": [t for group in self.args.allowedTools or [] for t in group],
+            "append_system_prompt": self.args.append_system_prompt,
+            "prompt": self.prompt,
+        }
+
+    def init_event(self) -> dict[str, Any]:
+        """Return the ``system/init`` event (``apiKeySource`` computed like the real CLI)."""
+        return {
+            "type": "system",
+            "subtype": "init",
+            "cwd": os.getcwd(),
+            "session_id": self.session_id,
+            "tools": ["Task", "Bash", "Edit", "Read", "Write"],
+            "mcp_servers": [],
+            "model": self.model,
+            "permissionMode": self.args.permission_mode,
+            "slash_commands": [],
+            "apiKeySource": "ANTHROPIC_API_KEY" if self.env.get("ANTHROPIC_API_KEY") else "none",
+            "claude_code_version": VERSION,
+            "output_style": "default",
+            "agents": [],
+            "skills": [],
+            "plugins": [],
+            "uuid": str(uuid.uuid4()),
+            "fast_mode_state": "off",
+        }
+
+    def assistant(self, text: str) -> dict[str, Any]:
+        """Return an assistant event holding ``text``."""
+        return {
+            "type": "assistant",
+            "message": {
+                "id": "msg_fake",
+                "type": "message",
+                "role": "assistant",
+                "model": self.model,
+                "content": [{"type": "text", "text": text}],
+                "stop_reason": None,
+                "stop_sequence": None,
+                "usage": {"input_tokens": 10, "output_tokens": 1},
+            },
+            "parent_tool_use_id": None,
+            "session_id": self.session_id,
+            "uuid": str(uuid.uuid4()),
+        }
+
+    def result(self, text: str) -> dict[str, Any]:
+        """Return a successful result event, shaped like success_oauth's."""
+        return {
+            "type": "result",
+            "subtype": "success",
+            "is_error": False,
+            "api_error_status": None,
+            "duration_ms": int((time.monotonic() - self.started) * 1000),
+            "duration_api_ms": 1,
+            "num_turns": 1,
+            "result": text,
+            "stop_reason": "end_turn",
+            "terminal_reason": "completed",
+            "session_id": self.session_id,
+            "total_cost_usd": 0.00007,
+            "usage": {
+                "input_tokens": 10,
+                "cache_creation_input_tokens": 0,
+                "cache_read_input_tokens": 0,
+                "output_tokens": 5,
+            },
+            "modelUsage": {self.model: {"inputTokens": 10, "outputTokens": 5, "costUSD": 0.00007}},
+            "permission_denials": [],
+            "uuid": str(uuid.uuid4()),
+        }
+
+    def unknown_session(self) -> NoReturn:
+        """Behave like 2.1.328 given ``--resume <unknown uuid>``: one error result, exit 1."""
+        message = f"No conversation found with session ID: {self.args.resume}"
+        emit(
+            {
+                "type": "result",
+                "subtype": "error_during_execution",
+                "duration_ms": 0,
+                "duration_api_ms": 0,
+                "is_error": True,
+                "num_turns": 0,
+                "stop_reason": None,
+                "session_id": self.args.resume,
+                "total_cost_usd": 0,
+                "usage": {"input_tokens": 0, "output_tokens": 0},
+                "modelUsage": {},
+                "permission_denials": [],
+                "uuid": str(uuid.uuid4()),
+                "errors": [message],
+                "result_index": 0,
+            }
+        )
+        _die(message)
+
+    def replay(self, name: str) -> NoReturn:
+        """Print a fixture's stdout (session ids rewritten to ours) and stderr; exit its code."""
+        stdout_path = find_fixture(name)
+        base = stdout_path.name.removesuffix(".stdout.jsonl")
+        meta = json.loads((stdout_path.parent / f"{base}.json").read_text())
+        with stdout_path.open() as lines:
+            for line in lines:
+                if not line.strip():
+                    continue
+                event = json.loads(line)
+                if "session_id" in event:
+                    event["session_id"] = self.session_id
+                emit(event)
+        stderr_path = stdout_path.parent / f"{base}.stderr.txt"
+        if stderr_path.is_file():
+            sys.stderr.write(stderr_path.read_text())
+            sys.stderr.flush()
+        sys.exit(int(meta["exit_code"]))
+
+    def print_bytes(self, total: int) -> None:
+        """Stream about ``total`` bytes of assistant events, never holding more than one chunk."""
+        printed = 0
+        while printed < total:
+            text = "x" * min(_CHUNK, total - printed)
+            line = json.dumps(self.assistant(text), separators=(",", ":")) + "\n"
+            sys.stdout.write(line)
+            printed += len(line)
+        sys.stdout.flush()
+
+
+def spawn_grandchild(seconds: float, inherit_output: bool) -> int:
+    """Start a ``sleep`` in our process group (not a new session) and return its pid."""
+    sleep = shutil.which("sleep") or "/bin/sleep"
+    command = [sleep, str(seconds)]
+    output = None if inherit_output else subprocess.DEVNULL
+    child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=output, stderr=output)
+    return child.pid
+
+
+def directives(prompt: str) -> list[tuple[str, str]]:
+    """Return the ``@name arg`` lines of the prompt, in order."""
+    found = []
+    for raw in prompt.splitlines():
+        line = raw.strip()
+        if line.startswith("@") and len(line) > 1:
+            name, _, arg = line[1:].partition(" ")
+            found.append((name, arg.strip()))
+    return found
+
+
+def run(turn: Turn) -> int:
+    """Run the prompt's directives in order, then answer with the report; return the exit code."""
+    steps = directives(turn.prompt)
+    names = {name for name, _ in steps}
+    if "root-refusal" in names:
+        _die(ROOT_REFUSAL)
+    if "unknown-session" in names and turn.args.resume:
+        turn.unknown_session()
+    if "scenario" not in names:  # a replayed fixture brings its own init event
+        emit(turn.init_event())
+    for name, arg in steps:
+        match name:
+            case "scenario":
+                turn.replay(arg)
+            case "sleep":
+                time.sleep(float(arg))
+            case "spawn-grandchild":
+                seconds, _, mode = arg.partition(" ")
+                pid = spawn_grandchild(float(seconds or 60), mode.strip() == "inherit")
+                emit({"type": "system", "subtype": "fake_grandchild", "pid": pid})
+            case "print-bytes":
+                turn.print_bytes(int(arg))
+            case "echo-env":
+                emit(turn.assistant(turn.env.get(arg, "<unset>")))
+            case "stderr":
+                sys.stderr.write(arg + "\n")
+                sys.stderr.flush()
+            case "exit":
+                sys.stdout.flush()
+                return int(arg)
+            case "kill-self":
+                sys.stdout.flush()
+                os.kill(os.getpid(), signal.SIGKILL)
+            case "ignore-sigterm":
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            case _:
+                pass  # "unknown-session" without --resume, or prose that starts with "@"
+    text = json.dumps(turn.report(), sort_keys=True)
+    emit(turn.assistant(text))
+    emit(turn.result(text))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``fake-claude``."""
+    turn = Turn(sys.argv[1:] if argv is None else argv, dict(os.environ), sys.stdin.read())
+    if turn.args.prompt and not turn.prompt:
+        turn.prompt = turn.args.prompt
+    return run(turn)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,515 @@
+"""A loopback stand-in for the Anthropic Messages API, for the real Claude Code CLI.
+
+The real CLI reaches it through ``ANTHROPIC_BASE_URL=http://127.0.0.1:<port>``. With a
+loopback base URL, Claude Code 2.1.328 calls exactly one endpoint per turn:
+``POST /v1/messages?beta=true`` with ``"stream": true`` (an SSE answer). The other
+routes below (``count_tokens``, a catch-all) exist so an unexpected call is recorded
+and answered in the API's error shape instead of hanging.
+
+The outcome of a request is chosen by the CREDENTIAL it carries, so a test picks the
+outcome by picking the token: ``api.on(token, Scenario.RATE_LIMIT_FIVE_HOUR)``, or a
+token containing one of the substrings in ``DEFAULT_SUBSTRING_SCENARIOS``. A success
+answers ``served-by kind=<bearer|x-api-key> fp=<sha256-12>``.
+
+Only fingerprints are ever stored: ``api.requests`` holds no raw credential.
+
+    with MessagesApiStandIn() as api:
+        env = api.cli_env(home=tmp_path, CLAUDE_CODE_OAUTH_TOKEN="sk-ant-oat01-good-aaaa")
+        ...  # run the CLI
+        assert api.requests[0].fingerprint == fingerprint("sk-ant-oat01-good-aaaa")
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import hashlib
+import json
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import pytest
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+UNKNOWN_MODEL = "claude-nonexistent-9"
+REQUEST_ID = "req_mock"  # what the shared fixtures show
+
+
+def fingerprint(value: str) -> str:
+    """Return the first 12 hex digits of the sha256 of ``value`` (the fixtures' ``fp``)."""
+    return hashlib.sha256(value.encode()).hexdigest()[:12]
+
+
+class Scenario(enum.StrEnum):
+    """What the stand-in answers to one ``POST /v1/messages``."""
+
+    SUCCESS = "success"
+    RATE_LIMIT_FIVE_HOUR = "rate_limit_five_hour"  # subscription 5-hour window, 429
+    RATE_LIMIT_SEVEN_DAY = "rate_limit_seven_day"  # subscription weekly window, 429
+    RATE_LIMIT_API_KEY = "rate_limit_api_key"  # classic per-key rate limit, 429
+    AUTH_401 = "auth_401"
+    BILLING = "billing"  # 400, credit balance too low
+    OVERLOADED = "overloaded"  # 529
+    SERVER_ERROR = "server_error"  # 500
+    MODEL_NOT_FOUND = "model_not_found"  # 404
+    SLOW = "slow"  # success once api.release() is called (or slow_max_wait_s passes)
+
+
+# Substring of the credential -> scenario, checked in this order.
+DEFAULT_SUBSTRING_SCENARIOS: tuple[tuple[str, Scenario], ...] = (
+    ("ratelimit", Scenario.RATE_LIMIT_FIVE_HOUR),
+    ("weekly", Scenario.RATE_LIMIT_SEVEN_DAY),
+    ("badauth", Scenario.AUTH_401),
+    ("nocredit", Scenario.BILLING),
+    ("overloaded", Scenario.OVERLOADED),
+    ("servererror", Scenario.SERVER_ERROR),
+    ("slow", Scenario.SLOW),
+)
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """One request the stand-in received; credentials appear only as fingerprints."""
+
+    method: str
+    path: str
+    model: str | None
+    stream: bool | None
+    credential_kind: str  # "bearer", "x-api-key", or "none"
+    fingerprint: str | None  # of the credential that chose the scenario
+    fingerprints: Mapping[str, str]  # every credential header sent: kind -> fingerprint
+    scenario: str
+    session_id: str | None  # the CLI's X-Claude-Code-Session-Id header
+    received_at: float
+
+
+@dataclass(frozen=True)
+class _Credential:
+    kind: str
+    value: str | None
+    fingerprints: dict[str, str]
+
+
+def _credential_of(request: Request) -> _Credential:
+    """Return the credential of ``request``: ``x-api-key`` wins when both headers are sent."""
+    api_key = request.headers.get("x-api-key")
+    authorization = request.headers.get("authorization", "")
+    bearer = authorization[7:].strip() if authorization.lower().startswith("bearer ") else None
+    fingerprints: dict[str, str] = {}
+    if api_key:
+        fingerprints["x-api-key"] = fingerprint(api_key)
+    if bearer:
+        fingerprints["bearer"] = fingerprint(bearer)
+    if api_key:
+        return _Credential("x-api-key", api_key, fingerprints)
+    if bearer:
+        return _Credential("bearer", bearer, fingerprints)
+    return _Credential("none", None, fingerprints)
+
+
+def _error(
+    status: int, error_type: str, message: str, headers: Mapping[str, str] | None = None
+) -> Response:
+    """Answer in the real API's error shape."""
+    body = {
+        "type": "error",
+        "error": {"type": error_type, "message": message},
+        "request_id": REQUEST_ID,
+    }
+    return JSONResponse(body, status, headers={"request-id": REQUEST_ID, **(headers or {})})
+
+
+def unified_rate_limit_headers(window: str, resets_at: int) -> dict[str, str]:
+    """Return the subscription ("unified") rate-limit headers of a rejected request.
+
+    ``window`` is ``five_hour`` or ``seven_day``. The CLI turns these into a
+    ``rate_limit_event`` with ``rateLimitType`` = the representative claim and
+    ``resetsAt`` = the reset header.
+    """
+    short = {"five_hour": "5h", "seven_day": "7d"}[window]
+    return {
+        "anthropic-ratelimit-unified-status": "rejected",
+        "anthropic-ratelimit-unified-reset": str(resets_at),
+        "anthropic-ratelimit-unified-representative-claim": window,
+        f"anthropic-ratelimit-unified-{short}-status": "rejected",
+        f"anthropic-ratelimit-unified-{short}-reset": str(resets_at),
+        f"anthropic-ratelimit-unified-{short}-utilization": "1.0",
+        "retry-after": str(max(0, resets_at - int(time.time()))),
+    }
+
+
+def api_key_rate_limit_headers(retry_after_s: int) -> dict[str, str]:
+    """Return the classic per-key rate-limit headers of a rejected API-key request."""
+    reset = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + retry_after_s))
+    return {
+        "retry-after": str(retry_after_s),
+        "anthropic-ratelimit-requests-limit": "50",
+        "anthropic-ratelimit-requests-remaining": "0",
+        "anthropic-ratelimit-requests-reset": reset,
+        "anthropic-ratelimit-input-tokens-limit": "30000",
+        "anthropic-ratelimit-input-tokens-remaining": "30000",
+        "anthropic-ratelimit-input-tokens-reset": reset,
+    }
+
+
+def _sse(text: str, model: str) -> Iterator[bytes]:
+    """Yield the server-sent events of a one-block text message."""
+    events: list[dict[str, Any]] = [
+        {
+            "type": "message_start",
+            "message": {
+                "id": "msg_mock",
+                "type": "message",
+                "role": "assistant",
+                "model": model,
+                "content": [],
+                "stop_reason": None,
+                "stop_sequence": None,
+                "usage": {"input_tokens": 10, "output_tokens": 1},
+            },
+        },
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}},
+        {"type": "content_block_stop", "index": 0},
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+            "usage": {"output_tokens": 5},
+        },
+        {"type": "message_stop"},
+    ]
+    for event in events:
+        yield f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode()
+
+
+class MessagesApiStandIn:
+    """The stand-in server: starlette app served by uvicorn in a background thread.
+
+    ``reset_in_s`` sets how far in the future rate-limit resets lie.
+    ``slow_max_wait_s`` bounds how long a ``SLOW`` request waits for ``release()``.
+    """
+
+    def __init__(self, *, reset_in_s: int = 3600, slow_max_wait_s: float = 30.0) -> None:
+        self.reset_in_s = reset_in_s
+        self.slow_max_wait_s = slow_max_wait_s
+        self._lock = threading.Lock()
+        self._requests: list[RecordedRequest] = []
+        self._scenarios: dict[str, Scenario] = {}
+        self._released = threading.Event()
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+        self._port = 0
+        self.app = Starlette(
+            routes=[
+                Route("/v1/messages", self._messages, methods=["POST"]),
+                Route("/v1/messages/count_tokens", self._count_tokens, methods=["POST"]),
+                Route("/{path:path}", self._unknown, methods=["GET", "POST", "HEAD", "PUT"]),
+            ]
+        )
+
+    # -- programming the outcomes ------------------------------------------------
+
+    def on(self, credential: str, scenario: Scenario | str) -> None:
+        """Answer every request carrying ``credential`` with ``scenario``."""
+        with self._lock:
+            self._scenarios[credential] = Scenario(scenario)
+
+    def release(self) -> None:
+        """Let every waiting (and future) ``SLOW`` request answer."""
+        self._released.set()
+
+    def hold(self) -> None:
+        """Make ``SLOW`` requests wait again (undo ``release()``)."""
+        self._released.clear()
+
+    def scenario_for(self, credential: str | None) -> Scenario:
+        """Return the scenario of ``credential``: registry, then substrings, then success."""
+        if credential is None:
+            return Scenario.AUTH_401
+        with self._lock:
+            chosen = self._scenarios.get(credential)
+        if chosen is not None:
+            return chosen
+        lowered = credential.lower()
+        for needle, scenario in DEFAULT_SUBSTRING_SCENARIOS:
+            if needle in lowered:
+                return scenario
+        return Scenario.SUCCESS
+
+    # -- what was received -------------------------------------------------------
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        """A copy of the requests received so far, oldest first."""
+        with self._lock:
+            return list(self._requests)
+
+    @property
+    def message_requests(self) -> list[RecordedRequest]:
+        """The ``POST /v1/messages`` requests received so far."""
+        return [r for r in self.requests if r.path == "/v1/messages"]
+
+    def wait_for_requests(self, count: int, timeout: float = 10.0) -> list[RecordedRequest]:
+        """Block until ``count`` message requests arrived; raise ``TimeoutError`` otherwise."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            received = self.message_requests
+            if len(received) >= count:
+                return received
+            time.sleep(0.01)
+        msg = f"stand-in got {len(self.message_requests)} message requests, wanted {count}"
+        raise TimeoutError(msg)
+
+    def _record(
+        self,
+        request: Request,
+        model: str | None,
+        stream: bool | None,
+        credential: _Credential,
+        scenario: str,
+    ) -> None:
+        recorded = RecordedRequest(
+            method=request.method,
+            path=request.url.path,
+            model=model,
+            stream=stream,
+            credential_kind=credential.kind,
+            fingerprint=fingerprint(credential.value) if credential.value else None,
+            fingerprints=dict(credential.fingerprints),
+            scenario=scenario,
+            session_id=request.headers.get("x-claude-code-session-id"),
+            received_at=time.time(),
+        )
+        with self._lock:
+            self._requests.append(recorded)
+
+    # -- the routes --------------------------------------------------------------
+
+    async def _messages(self, request: Request) -> Response:
+        credential = _credential_of(request)
+        try:
+            body = await request.json()
+        except ValueError:
+            body = {}
+        model = body.get("model") if isinstance(body, dict) else None
+        stream = body.get("stream") if isinstance(body, dict) else None
+        scenario = self.scenario_for(credential.value)
+        if scenario in (Scenario.SUCCESS, Scenario.SLOW) and model == UNKNOWN_MODEL:
+            scenario = Scenario.MODEL_NOT_FOUND
+        if scenario is Scenario.RATE_LIMIT_FIVE_HOUR and credential.kind == "x-api-key":
+            scenario = Scenario.RATE_LIMIT_API_KEY  # an API key has no subscription window
+        self._record(request, model, stream, credential, scenario)
+        if scenario is Scenario.SLOW:
+            await self._wait_released()
+        return self._answer(scenario, credential, str(model), bool(stream))
+
+    async def _wait_released(self) -> None:
+        # Poll instead of blocking the event loop on the threading.Event.
+        deadline = time.monotonic() + self.slow_max_wait_s
+        while not self._released.is_set() and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+
+    def _answer(
+        self, scenario: Scenario, credential: _Credential, model: str, stream: bool
+    ) -> Response:
+        resets_at = int(time.time()) + self.reset_in_s
+        match scenario:
+            case Scenario.SUCCESS | Scenario.SLOW:
+                fp = fingerprint(credential.value or "")
+                text = f"served-by kind={credential.kind} fp={fp}"
+                if not stream:
+                    return JSONResponse(_message_body(text, model))
+                return StreamingResponse(
+                    _sse(text, model),
+                    media_type="text/event-stream",
+                    headers={"request-id": REQUEST_ID},
+                )
+            case Scenario.RATE_LIMIT_FIVE_HOUR | Scenario.RATE_LIMIT_SEVEN_DAY:
+                window = "five_hour" if scenario is Scenario.RATE_LIMIT_FIVE_HOUR else "seven_day"
+                return _error(
+                    429,
+                    "rate_limit_error",
+                    "This request would exceed your account's rate limit. Please try again later.",
+                    unified_rate_limit_headers(window, resets_at),
+                )
+            case Scenario.RATE_LIMIT_API_KEY:
+                return _error(
+                    429,
+                    "rate_limit_error",
+                    "This request would exceed the rate limit for your organization of 50 "
+                    "requests per minute. Please try again later.",
+                    api_key_rate_limit_headers(self.reset_in_s),
+                )
+            case Scenario.AUTH_401:
+                bearer = credential.kind != "x-api-key"
+                reason = "Invalid bearer token" if bearer else "invalid x-api-key"
+                return _error(401, "authentication_error", reason)
+            case Scenario.BILLING:
+                return _error(
+                    400,
+                    "invalid_request_error",
+                    "Your credit balance is too low to access the Anthropic API. "
+                    "Please go to Plans & Billing to upgrade or purchase credits.",
+                )
+            case Scenario.OVERLOADED:
+                return _error(529, "overloaded_error", "Overloaded")
+            case Scenario.SERVER_ERROR:
+                return _error(500, "api_error", "Internal server error")
+            case Scenario.MODEL_NOT_FOUND:
+                return _error(404, "not_found_error", f"model: {model}")
+
+    async def _count_tokens(self, request: Request) -> Response:
+        credential = _credential_of(request)
+        self._record(request, None, None, credential, "count_tokens")
+        return JSONResponse({"input_tokens": 10})
+
+    async def _unknown(self, request: Request) -> Response:
+        self._record(request, None, None, _credential_of(request), "unknown_route")
+        return _error(404, "not_found_error", f"Not found: {request.url.path}")
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        """The ephemeral port the stand-in listens on (0 before ``start``)."""
+        return self._port
+
+    @property
+    def base_url(self) -> str:
+        """The value for ``ANTHROPIC_BASE_URL``."""
+        return f"http://127.0.0.1:{self._port}"
+
+    def start(self) -> MessagesApiStandIn:
+        """Bind 127.0.0.1 on an ephemeral port and serve in a daemon thread."""
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
+        self._port = sock.getsockname()[1]
+        config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="off")
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [sock]}, daemon=True, name="messages-api"
+        )
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self._server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                msg = "the Messages API stand-in did not start"
+                raise RuntimeError(msg)
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        """Release slow requests, stop the server and join its thread."""
+        self.release()
+        if self._server is not None and self._thread is not None:
+            self._server.should_exit = True
+            self._thread.join(timeout=10)
+        self._server = None
+        self._thread = None
+
+    def __enter__(self) -> MessagesApiStandIn:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # -- running the real CLI against it -----------------------------------------
+
+    def cli_env(self, home: Path, **credentials: str) -> dict[str, str]:
+        """Return a minimal environment for the real CLI, pointed at this stand-in.
+
+        ``home`` should be a fresh directory per test; ``credentials`` are added as is
+        (e.g. ``CLAUDE_CODE_OAUTH_TOKEN="sk-ant-oat01-good-aaaa"``).
+        """
+        return cli_env(self.base_url, home, **credentials)
+
+
+def _message_body(text: str, model: str) -> dict[str, Any]:
+    """Return a non-streaming Messages API reply."""
+    return {
+        "id": "msg_mock",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": [{"type": "text", "text": text}],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 10, "output_tokens": 5},
+    }
+
+
+def cli_env(base_url: str, home: Path, **extra: str) -> dict[str, str]:
+    """Return the environment that runs the real CLI quietly against ``base_url``."""
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(home),
+        "ANTHROPIC_BASE_URL": base_url,
+        "CLAUDE_CODE_MAX_RETRIES": "0",
+        "DISABLE_TELEMETRY": "1",
+        "DISABLE_AUTOUPDATER": "1",
+        "DISABLE_ERROR_REPORTING": "1",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    }
+    if os.geteuid() == 0:
+        env["IS_SANDBOX"] = "1"  # else the CLI refuses bypassPermissions as root
+    env.update(extra)
+    return env
+
+
+def require_real_cli() -> Path:
+    """Return the real CLI for a ``realcli`` test: fail under CI when it is missing, else skip.
+
+    Under CI (env ``CI`` set) ``AGENT_SERVER_TEST_CLAUDE_BIN`` (exported by ``make test``)
+    must name an executable. A local run without it falls back to the /tmp/cc copy and
+    skips when that is absent too.
+    """
+    configured = os.environ.get("AGENT_SERVER_TEST_CLAUDE_BIN")
+    if os.environ.get("CI") and not configured:
+        pytest.fail(
+            "CI is set but AGENT_SERVER_TEST_CLAUDE_BIN is not: run the suite via make test"
+        )
+    path = real_cli_path()
+    if path is not None and os.access(path, os.X_OK):
+        return path
+    if configured:
+        pytest.fail(f"AGENT_SERVER_TEST_CLAUDE_BIN={configured!r} is not an executable")
+    pytest.skip("the real Claude Code CLI is not installed; run `make test`")
+
+
+@pytest.fixture(name="messages_api")
+def messages_api_fixture() -> Iterator[MessagesApiStandIn]:
+    """A started stand-in, stopped after the test (import this fixture into a test module)."""
+    with MessagesApiStandIn() as api:
+        yield api
+
+
+@pytest.fixture(name="real_cli")
+def real_cli_fixture() -> Path:
+    """The real CLI's path, per ``require_real_cli``."""
+    return require_real_cli()
+
+
+def real_cli_path() -> Path | None:
+    """Return the real Claude Code CLI: ``AGENT_SERVER_TEST_CLAUDE_BIN``, else the /tmp/cc copy."""
+    configured = os.environ.get("AGENT_SERVER_TEST_CLAUDE_BIN")
+    if configured:
+        return Path(configured)
+    fallback = Path("/tmp/cc/node_modules/@anthropic-ai/claude-code/bin/claude.exe")
+    return fallback if fallback.exists() else None
