@@ -1,0 +1,173 @@
+"""`agent-server [serve|status]`: serve the API (default) or print the credential status."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import math
+import sys
+from types import FrameType
+
+import uvicorn
+
+from agent_server.config import Settings
+from agent_server.errors import ConfigError
+from agent_server.execution.registry import Registry
+from agent_server.models import CredentialStatus, DriftRowModel
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `agent-server` console script."""
+    parser = argparse.ArgumentParser(prog="agent-server", description=__doc__)
+    parser.add_argument("command", nargs="?", default="serve", choices=["serve", "status"])
+    parser.add_argument(
+        "--json", action="store_true", help="status: print the JSON of GET /api/credentials/status"
+    )
+    args = parser.parse_args(argv)
+    if args.command == "serve":
+        return _serve()
+    try:
+        settings = Settings.from_env()
+    except ConfigError as exc:
+        print(f"agent-server: {exc}", file=sys.stderr)
+        return 2
+    return _status(settings, as_json=args.json)
+
+
+def _serve() -> int:
+    from agent_server.app import create_app
+    from agent_server.logs import configure_logging
+    from agent_server.redaction import Redactor
+    from agent_server.services import Services
+
+    # Logging first: even a refused setting or a boot crash is one JSON line (SPEC 8).
+    redactor = Redactor()
+    configure_logging(redactor)
+    logger = logging.getLogger("agent_server")
+    try:
+        settings = Settings.from_env()
+    except ConfigError as exc:
+        logger.error("agent-server: %s", exc)
+        return 2
+    try:
+        services = Services.build(settings, redactor)
+    except Exception:
+        logger.exception("agent-server could not start")
+        return 1
+    app = create_app(settings, services)
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_config=None,
+        # uvicorn's own deadline only backs up the drain: SIGKILL escalation and answers.
+        timeout_graceful_shutdown=math.ceil(settings.shutdown_grace_s) + 10,
+    )
+    _DrainingServer(config, services.registry, settings.shutdown_grace_s).run()
+    return 0
+
+
+class _DrainingServer(uvicorn.Server):
+    """uvicorn, but running turns start their shutdown grace at the first SIGTERM/SIGINT.
+
+    uvicorn alone waits its whole graceful timeout, then drops the requests; draining
+    from the signal kills late turns' process groups at the grace, and each of them
+    still answers 504 `killed`.
+    """
+
+    def __init__(self, config: uvicorn.Config, registry: Registry, grace_s: float) -> None:
+        super().__init__(config)
+        self._registry = registry
+        self._grace_s = grace_s
+        self._drain: asyncio.Future[None] | None = None
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        """Stop accepting (uvicorn) and start the running turns' grace (ours)."""
+        super().handle_exit(sig, frame)
+        if self._drain is None:
+            asyncio.get_running_loop().call_soon_threadsafe(self._start_drain)
+
+    def _start_drain(self) -> None:
+        if self._drain is None:
+            self._drain = asyncio.ensure_future(self._registry.drain(self._grace_s))
+
+
+def _status(settings: Settings, *, as_json: bool) -> int:
+    from agent_server.logs import configure_logging
+    from agent_server.redaction import Redactor
+    from agent_server.routes.credentials import build_status
+    from agent_server.services import Services
+
+    redactor = Redactor()
+    # Only problems reach stderr (as redacted JSON); stdout is the status itself.
+    configure_logging(redactor, logging.WARNING)
+    status = build_status(Services.build(settings, redactor, serving=False))
+    if as_json:
+        print(json.dumps(status.model_dump(), indent=2))
+    else:
+        print(format_status(status))
+    return 0
+
+
+def format_status(status: CredentialStatus) -> str:
+    """The credential status as a few lines an operator reads in `docker exec`."""
+    lines = [
+        f"agent {status.agent_name} ({status.runtime}), generation {status.generation}, "
+        f"auth mode {status.auth_mode}"
+    ]
+    auth = status.effective_auth
+    if auth is None:
+        lines.append("effective credential: none (the CLI falls back to its own login, if any)")
+    else:
+        lines.append(
+            f"effective credential: {auth.variable} ({auth.layer}, {auth.fingerprint or '-'})"
+        )
+        if auth.conflicts:
+            lines.append(f"also in the spawn env: {', '.join(auth.conflicts)}")
+    unset = [row.key for row in status.env_drift if row.suppressed_for_spawn]
+    guard = "armed" if status.guard_armed else "not armed"
+    lines.append(f"guard: {guard}" + (f"; unset for spawns: {', '.join(unset)}" if unset else ""))
+    remover = "the guard" if status.guard_armed else "a credential override"
+    for row in status.env_drift:
+        if row.in_file and row.suppressed_for_spawn:
+            lines.append(f"shadowed: {row.key} in .env is suppressed by {remover}")
+        elif row.in_file and row.overridden_for_spawn:
+            lines.append(f"shadowed: {row.key} in .env is replaced by the override")
+    override = status.files.override_file
+    lines.append(
+        f"override file: {override.mode} {override.size} bytes"
+        if override.exists
+        else "override file: none"
+    )
+    lines.append(f".env: {status.files.env_file}")
+    # A name that is nowhere but in the unset list above says nothing more in the table.
+    present = [r for r in status.env_drift if r.in_file or r.in_process_env or r.spawn_source]
+    if present:
+        lines.append("")
+        lines.extend(_drift_table(present))
+    return "\n".join(lines)
+
+
+def _drift_table(rows: list[DriftRowModel]) -> list[str]:
+    """Names only: where each variable is, and where the spawn takes it from."""
+    header = ("KEY", ".ENV", "PROCESS", "EQUAL", "SPAWN")
+    table = [header]
+    for row in rows:
+        spawn = "unset" if row.suppressed_for_spawn else row.spawn_source or "-"
+        equal = "-" if row.equal is None else ("yes" if row.equal else "no")
+        table.append((row.key, _yes(row.in_file), _yes(row.in_process_env), equal, spawn))
+    widths = [max(len(cells[i]) for cells in table) for i in range(len(header))]
+    return [
+        "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
+        for cells in table
+    ]
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,184 @@
+"""`create_app(settings)`: the routes table, middleware, error mapping and lifespan."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from agent_server import __version__
+from agent_server.auth import ControllerAuth
+from agent_server.config import Settings
+from agent_server.errors import ApiError, RequestInvalid
+from agent_server.execution.runner import enable_child_subreaper
+from agent_server.models import (
+    ChatRequest,
+    CredentialStatus,
+    ErrorResponse,
+    Health,
+    ParallelTaskRequest,
+    ReloadTokenRequest,
+    ReloadTokenResponse,
+    RunningExecutions,
+    TerminateResponse,
+    TurnError,
+    TurnResponse,
+    ValidationFailed,
+)
+from agent_server.openapi import Answer, Endpoint, openapi_document
+from agent_server.routes import credentials, executions, health
+from agent_server.services import Services
+
+logger = logging.getLogger("agent_server.app")
+
+_HTTP_ERROR_CODES = {404: "not_found", 405: "method_not_allowed"}
+
+_TURN_ANSWERS: dict[int, Answer] = {
+    200: TurnResponse,
+    400: TurnError,
+    402: TurnError,
+    409: ErrorResponse,
+    422: (ValidationFailed, TurnError),
+    429: TurnError,
+    500: TurnError,
+    502: TurnError,
+    503: TurnError,
+    504: TurnError,
+}
+
+ENDPOINTS = (
+    Endpoint("GET", "/health", health.health, "Liveness and readiness", None, {200: Health}, True),
+    Endpoint(
+        "GET",
+        "/metrics",
+        health.metrics,
+        "Prometheus metrics",
+        None,
+        {200: None},
+        public=True,
+        media_type="text/plain",
+    ),
+    Endpoint(
+        "POST",
+        "/api/credentials/reload-token",
+        credentials.reload_token,
+        "Rotate the subscription OAuth token for every next spawn",
+        ReloadTokenRequest,
+        {
+            200: ReloadTokenResponse,
+            400: ErrorResponse,
+            409: ErrorResponse,
+            422: ValidationFailed,
+            500: ErrorResponse,
+        },
+    ),
+    Endpoint(
+        "GET",
+        "/api/credentials/status",
+        credentials.credential_status,
+        "Which credential the next spawn uses, and the .env drift",
+        None,
+        {200: CredentialStatus},
+    ),
+    Endpoint(
+        "POST", "/api/task", executions.task, "Run one turn", ParallelTaskRequest, _TURN_ANSWERS
+    ),
+    Endpoint(
+        "POST",
+        "/api/chat",
+        executions.chat,
+        "One turn of the agent's chat",
+        ChatRequest,
+        _TURN_ANSWERS,
+    ),
+    Endpoint(
+        "GET",
+        "/api/executions/running",
+        executions.running,
+        "Turns in flight",
+        None,
+        {200: RunningExecutions},
+    ),
+    Endpoint(
+        "POST",
+        "/api/executions/{execution_id}/terminate",
+        executions.terminate,
+        "Kill a running turn's process group",
+        None,
+        {200: TerminateResponse, 404: ErrorResponse},
+    ),
+)
+"""Every route but /openapi.json, with its schemas: the routes table and the contract."""
+
+
+def create_app(settings: Settings, services: Services | None = None) -> Starlette:
+    """Build the ASGI app for `settings` (services are built here unless given)."""
+    services = services or Services.build(settings)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        # Adopt orphaned grandchildren of the CLI so the runner can reap them even
+        # when PID 1 of the container does not (no tini, server not exec'd).
+        enable_child_subreaper()
+        logger.info(
+            "agent-server serving runtime %s for agent %s", settings.runtime, settings.agent_name
+        )
+        yield
+        await services.registry.drain(settings.shutdown_grace_s)
+
+    document = openapi_document(ENDPOINTS, title="agent-server", version=__version__)
+
+    async def openapi(request: Request) -> Response:
+        """The contract of this server (OpenAPI 3.1), generated from the pydantic models."""
+        return JSONResponse(document)
+
+    routes = [Route(e.path, e.handler, methods=[e.method]) for e in ENDPOINTS]
+    routes.append(Route("/openapi.json", openapi, methods=["GET"]))
+    app = Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={
+            ApiError: _api_error,
+            RequestInvalid: _request_invalid,
+            HTTPException: _http_error,
+            Exception: _unexpected,
+        },
+    )
+    app.state.services = services
+    app.add_middleware(ControllerAuth, token=services.controller_token)
+    return app
+
+
+async def _api_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ApiError)  # noqa: S101 - registered for ApiError only
+    detail: dict[str, object] = {"message": exc.message, "error_code": exc.error_code}
+    if exc.retryable is not None:
+        detail["retryable"] = exc.retryable
+    return JSONResponse({"detail": detail}, status_code=exc.status, headers=exc.headers)
+
+
+async def _request_invalid(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestInvalid)  # noqa: S101 - registered for RequestInvalid only
+    return JSONResponse({"detail": exc.errors}, status_code=422)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)  # noqa: S101 - registered for HTTPException only
+    code = _HTTP_ERROR_CODES.get(exc.status_code, "http_error")
+    return JSONResponse(
+        {"detail": {"message": str(exc.detail), "error_code": code}},
+        status_code=exc.status_code,
+        headers=exc.headers,
+    )
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    logger.exception("unexpected error on %s %s", request.method, request.url.path)
+    detail = {"message": "internal error", "error_code": "internal_error"}
+    return JSONResponse({"detail": detail}, status_code=500)

@@ -1,0 +1,91 @@
+"""Controller authentication (SPEC 2): one shared token, compared in constant time.
+
+Fail closed: with no token configured and no explicit `AGENT_SERVER_INSECURE_NO_AUTH=1`,
+`resolve_controller_token` generates one and writes it to a 0600 file whose path
+(never the value) is logged.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import secrets
+from pathlib import Path
+
+from pydantic import SecretStr
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from agent_server.credentials.override_file import write_secret_file
+
+logger = logging.getLogger("agent_server.auth")
+
+HEADER = b"x-trinity-agent-token"
+EXEMPT_PATHS = frozenset({"/health", "/metrics"})
+_UNAUTHORIZED = json.dumps({"detail": "Unauthorized"}).encode()
+
+
+def resolve_controller_token(
+    configured: SecretStr | None, insecure: bool, state_dir: Path
+) -> SecretStr | None:
+    """The token the controller must send, or None when auth is explicitly off."""
+    if insecure:
+        logger.warning(
+            "AGENT_SERVER_INSECURE_NO_AUTH=1: controller authentication is OFF "
+            "(local development only)"
+        )
+        return None
+    if configured is not None:
+        return configured
+    generated = SecretStr(secrets.token_urlsafe(32))
+    path = state_dir / "agent-auth-token"
+    try:
+        state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        write_secret_file(path, generated.get_secret_value())
+        logger.warning(
+            "TRINITY_AGENT_AUTH_TOKEN is not set: generated a controller token in %s (0600)", path
+        )
+    except OSError as exc:
+        # Still fail closed: nobody can call the API, which beats an open one.
+        logger.error("TRINITY_AGENT_AUTH_TOKEN is not set and %s cannot be written: %s", path, exc)
+    return generated
+
+
+class ControllerAuth:
+    """ASGI middleware: every route but /health, /metrics and OPTIONS needs the token."""
+
+    def __init__(self, app: ASGIApp, token: SecretStr | None) -> None:
+        self.app = app
+        self._expected = token.get_secret_value().encode() if token is not None else None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Answer 401 unless the request is exempt or carries the right token."""
+        if (
+            scope["type"] != "http"
+            or self._expected is None
+            or scope["method"] == "OPTIONS"
+            or scope["path"] in EXEMPT_PATHS
+            or self._authorized(scope)
+        ):
+            await self.app(scope, receive, send)
+            return
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 401,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(_UNAUTHORIZED)).encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": _UNAUTHORIZED})
+
+    def _authorized(self, scope: Scope) -> bool:
+        assert self._expected is not None  # noqa: S101 - checked by the caller
+        presented = b""
+        for name, value in scope["headers"]:
+            if name == HEADER:
+                presented = value
+                break
+        return hmac.compare_digest(presented, self._expected)

@@ -1,0 +1,49 @@
+"""The agent's one ongoing chat: its session id, kept in the state dir (SPEC 6).
+
+Chats run one at a time (`lock`); the id survives a restart and a credential
+change, so every chat turn `--resume`s the same conversation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+from pathlib import Path
+
+from agent_server.credentials.override_file import write_secret_file
+
+logger = logging.getLogger("agent_server.chat")
+
+_SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
+
+
+class ChatSession:
+    """The chat's session id file and the lock that serialises chat turns."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.lock = asyncio.Lock()
+
+    def current(self) -> str | None:
+        """The session id to resume, or None before the first chat turn."""
+        try:
+            value = self.path.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError):
+            return None
+        return value if _SESSION_ID.match(value) else None
+
+    def remember(self, session_id: str) -> None:
+        """Keep `session_id` for the next chat turn (atomic; a failure is logged)."""
+        if session_id == self.current() or not _SESSION_ID.match(session_id):
+            return
+        try:
+            write_secret_file(self.path, session_id)
+        except OSError as exc:
+            logger.error("could not keep the chat session id in %s: %s", self.path, exc)
+
+    def forget(self) -> None:
+        """Drop the session id (the next chat turn starts a new session)."""
+        with contextlib.suppress(OSError):
+            self.path.unlink()

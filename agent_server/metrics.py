@@ -1,0 +1,53 @@
+"""Prometheus metrics of one server (SPEC 8), on a registry of its own.
+
+No label ever carries a secret: outcomes, auth routes, results and variable names.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class Metrics:
+    """The SPEC 8 metrics; one instance per app, so tests never share counters."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.turns = Counter(
+            "agent_server_turns",
+            "Turns by outcome (success, cancelled, or the SPEC 7 error_code) and auth route.",
+            ["outcome", "auth_route"],
+            registry=self.registry,
+        )
+        self.turn_seconds = Histogram(
+            "agent_server_turn_seconds",
+            "Wall time of a turn, spawn to answer.",
+            buckets=(0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600),
+            registry=self.registry,
+        )
+        self.active_turns = Gauge(
+            "agent_server_active_turns", "Turns running now.", registry=self.registry
+        )
+        self.reloads = Counter(
+            "agent_server_credential_reloads",
+            "reload-token requests by result (changed, unchanged, or an error_code).",
+            ["result"],
+            registry=self.registry,
+        )
+        self.generation = Gauge(
+            "agent_server_credential_generation",
+            "The current credential generation.",
+            registry=self.registry,
+        )
+        self.suppressed_keys = Counter(
+            "agent_server_spawn_suppressed_keys",
+            "Spawns in which a force-unset swallowed a .env key, by key name.",
+            ["key"],
+            registry=self.registry,
+        )
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition of every metric."""
+        return generate_latest(self.registry)

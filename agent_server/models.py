@@ -1,0 +1,382 @@
+"""The wire schemas (pydantic v2): what the controller sends and what it gets back.
+
+Secrets are `SecretStr` from the moment they are parsed. Validation messages never
+echo a value, and `app.py` strips pydantic's `input` from every 422.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    WithJsonSchema,
+    model_validator,
+)
+
+MAX_TOKEN_BYTES = 4096
+_UNSAFE_CHARS = re.compile(r"[\s\x00-\x1f\x7f]")
+_ARG_VALUE = r"^[A-Za-z0-9][A-Za-z0-9._:/@\[\]()*,+=-]{0,255}$"
+"""A value that goes into argv: never empty, never starting with '-'."""
+
+
+def _check_secret(value: SecretStr) -> SecretStr:
+    plain = value.get_secret_value()
+    if not plain:
+        msg = "must not be empty"
+        raise ValueError(msg)
+    if _UNSAFE_CHARS.search(plain):
+        msg = "must not contain whitespace or control characters"
+        raise ValueError(msg)
+    if len(plain.encode()) > MAX_TOKEN_BYTES:
+        msg = f"must be at most {MAX_TOKEN_BYTES} bytes"
+        raise ValueError(msg)
+    return value
+
+
+def _check_reload_token(value: SecretStr) -> SecretStr:
+    # An empty or all-whitespace token is a 400 token_required, decided by the route.
+    return value if not value.get_secret_value().strip() else _check_secret(value)
+
+
+def _exactly_one_property(schema: dict[str, Any]) -> None:
+    """Document the one-of-three rule, and that a given kind is never null."""
+    schema["minProperties"] = 1
+    schema["maxProperties"] = 1
+    for prop in schema.get("properties", {}).values():
+        variants = prop.pop("anyOf", None)
+        if variants:
+            kept = [v for v in variants if v.get("type") != "null"]
+            prop.update(kept[0] if len(kept) == 1 else {"anyOf": kept})
+        prop.pop("default", None)
+
+
+def _check_url(value: str) -> str:
+    if _UNSAFE_CHARS.search(value) or not re.match(r"^https?://[^/\s]+", value):
+        msg = "must be an http:// or https:// URL without whitespace"
+        raise ValueError(msg)
+    return value
+
+
+_SECRET_PATTERN = r"^[^\s\x00-\x1f\x7f\x85]+$"  # noqa: S105 - a regex
+_SCHEMA_MAX_CHARS = MAX_TOKEN_BYTES // 4
+"""The schema counts characters, validation bytes: 1024 characters always fit 4096 bytes."""
+_SECRET_SCHEMA = WithJsonSchema(
+    {
+        "type": "string",
+        "format": "password",
+        "writeOnly": True,
+        "minLength": 1,
+        "maxLength": _SCHEMA_MAX_CHARS,
+        "pattern": _SECRET_PATTERN,
+    }
+)
+Secret = Annotated[SecretStr, AfterValidator(_check_secret), _SECRET_SCHEMA]
+"""A credential: non-empty, no whitespace or control characters, at most 4096 bytes."""
+PromptText = Annotated[str, Field(pattern=r"^[^\x00]*$")]
+"""Text that goes into argv: anything but NUL, which no argv element can hold."""
+ArgValue = Annotated[str, Field(pattern=_ARG_VALUE)]
+ExecutionId = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,128}$")]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
+
+
+# --- credentials (SPEC 4) ---------------------------------------------------------
+
+
+class ReloadTokenRequest(_Strict):
+    """`POST /api/credentials/reload-token`."""
+
+    # The schema asks for a non-blank token; a blank one is answered 400 token_required.
+    token: Annotated[SecretStr, AfterValidator(_check_reload_token), _SECRET_SCHEMA]
+    remove_api_key: bool = False
+    expected_generation: int | None = None
+
+
+class ReloadTokenResponse(BaseModel):
+    """A reload that took effect (or was already in effect: `changed: false`)."""
+
+    status: Literal["success"] = "success"
+    reloaded: Literal[True] = True
+    changed: bool
+    generation: int
+    fingerprint: str
+    persisted: Literal[True] = True
+    env_shadow: list[str]
+
+
+class OverrideFileStatus(BaseModel):
+    """The override file's metadata, never its content."""
+
+    exists: bool
+    mode: str | None = None
+    size: int | None = None
+    mtime: float | None = None
+
+
+class CredentialFiles(BaseModel):
+    """Where the credential inputs live."""
+
+    env_file: str
+    override_file: OverrideFileStatus
+
+
+class EffectiveAuthModel(BaseModel):
+    """The credential the next spawn authenticates with."""
+
+    variable: str
+    layer: Literal["baseline", "env_file", "override", "per_spawn"]
+    fingerprint: str | None
+    conflicts: list[str]
+
+
+class DriftRowModel(BaseModel):
+    """One name's presence across `.env`, the process env and the spawn env."""
+
+    key: str
+    in_file: bool
+    in_process_env: bool
+    equal: bool | None
+    overridden_for_spawn: bool
+    suppressed_for_spawn: bool
+    spawn_source: Literal["baseline", "env_file", "override", "per_spawn"] | None
+
+
+class CredentialStatus(BaseModel):
+    """`GET /api/credentials/status`."""
+
+    agent_name: str
+    runtime: str
+    generation: int
+    fingerprint: str | None
+    auth_mode: str
+    guard_armed: bool
+    files: CredentialFiles
+    effective_auth: EffectiveAuthModel | None
+    env_drift: list[DriftRowModel]
+
+
+# --- health (SPEC 8) ----------------------------------------------------------------
+
+
+class Capabilities(BaseModel):
+    """What this server can do for the controller."""
+
+    auth_override: list[str]
+    reload_token: bool = True
+    credential_status: bool = True
+
+
+class Health(BaseModel):
+    """`GET /health`: always 200 while serving; the body says what is wrong."""
+
+    status: Literal["ok", "degraded"]
+    agent_name: str
+    runtime: str
+    runtime_available: bool
+    version: str
+    active_executions: int
+    auth: Literal["token", "insecure"]
+    capabilities: Capabilities
+
+
+# --- errors (SPEC 5, 7) --------------------------------------------------------------
+
+
+class ErrorDetail(BaseModel):
+    """The `detail` of every non-2xx answer but 401 and request-validation 422s."""
+
+    model_config = ConfigDict(extra="allow")
+
+    message: str
+    error_code: str
+
+
+class ErrorResponse(BaseModel):
+    """`{"detail": {...}}`."""
+
+    detail: ErrorDetail
+
+
+# --- turns (SPEC 6) ------------------------------------------------------------------
+
+
+class ProviderOverride(_Strict):
+    """Route one turn to an Anthropic-compatible gateway."""
+
+    base_url: Annotated[
+        str,
+        AfterValidator(_check_url),
+        WithJsonSchema(
+            {
+                "type": "string",
+                "pattern": r"^https?://[^/\s\x00-\x1f\x7f\x85][^\s\x00-\x1f\x7f\x85]*$",
+            }
+        ),
+    ]
+    auth_token: Secret
+    model: ArgValue | None = None
+
+
+class AuthOverride(_Strict):
+    """Exactly one credential for exactly one spawn; never persisted."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        hide_input_in_errors=True,
+        json_schema_extra=lambda schema: _exactly_one_property(schema),
+    )
+
+    oauth_token: Secret | None = None
+    api_key: Secret | None = None
+    provider: ProviderOverride | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> AuthOverride:
+        given = [k for k in ("oauth_token", "api_key", "provider") if getattr(self, k) is not None]
+        if len(given) != 1:
+            msg = "auth_override takes exactly one of oauth_token, api_key, provider"
+            raise ValueError(msg)
+        return self
+
+    @property
+    def kind(self) -> Literal["oauth_token", "api_key", "provider"]:
+        """Which of the three this override is."""
+        if self.oauth_token is not None:
+            return "oauth_token"
+        return "api_key" if self.api_key is not None else "provider"
+
+
+class ParallelTaskRequest(BaseModel):
+    """`POST /api/task`: one stateless turn (unknown fields are ignored, for the controller)."""
+
+    model_config = ConfigDict(hide_input_in_errors=True)
+
+    message: Annotated[str, Field(min_length=1)]
+    model: ArgValue | None = None
+    allowed_tools: list[ArgValue] | None = None
+    system_prompt: PromptText | None = None
+    timeout_seconds: Annotated[int, Field(ge=1, le=86400)] = 900
+    max_turns: Annotated[int, Field(ge=1, le=10000)] | None = None
+    execution_id: ExecutionId | None = None
+    resume_session_id: ArgValue | None = None
+    persist_session: bool = True
+    async_result: bool = False
+    auth_override: AuthOverride | None = None
+
+
+class ChatRequest(BaseModel):
+    """`POST /api/chat`: one turn of the agent's ongoing chat session."""
+
+    model_config = ConfigDict(hide_input_in_errors=True)
+
+    message: Annotated[str, Field(min_length=1)]
+    model: ArgValue | None = None
+    system_prompt: PromptText | None = None
+    execution_id: ExecutionId | None = None
+    auth_override: AuthOverride | None = None
+
+
+AuthRoute = Literal["baseline", "oauth_token", "api_key", "provider"]
+
+
+class TurnMetadata(BaseModel):
+    """What the controller records about one turn."""
+
+    execution_id: str
+    session_id: str | None = None
+    model: str | None = None
+    cost_usd: float | None = None
+    duration_ms: int | None = None
+    num_turns: int | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    exit_code: int | None = None
+    auth_route: AuthRoute
+    generation: int
+    fingerprint: str | None = None
+    api_key_source: str | None = None
+    log_truncated: bool = False
+    session_reset: bool = False
+
+
+class TurnResponse(BaseModel):
+    """A turn that served (`success`) or was cancelled through the terminate route."""
+
+    status: Literal["success", "cancelled"]
+    response: str
+    execution_log: list[Any]
+    session_id: str | None
+    timestamp: str
+    metadata: TurnMetadata
+
+
+class RunningExecution(BaseModel):
+    """One turn in flight."""
+
+    execution_id: str
+    started_at: str
+    auth_route: AuthRoute
+    generation: int
+
+
+class RunningExecutions(BaseModel):
+    """`GET /api/executions/running`."""
+
+    executions: list[RunningExecution]
+    recently_completed_ids: list[str]
+
+
+class TerminateResponse(BaseModel):
+    """`POST /api/executions/{id}/terminate`."""
+
+    status: Literal["terminated", "already_finished"]
+
+
+class TurnErrorDetail(BaseModel):
+    """The SPEC 7 error of one turn: what happened and whether another credential helps."""
+
+    message: str
+    error_code: str
+    retryable: bool
+    switch_credential: bool
+    execution_id: str
+    auth_route: AuthRoute
+    api_error_status: int | None
+    resets_at: str | None
+    rate_limit_type: str | None
+    metadata: TurnMetadata | None
+    execution_log: list[Any] | None
+
+
+class TurnError(BaseModel):
+    """`{"detail": {...}}` of a failed turn."""
+
+    detail: TurnErrorDetail
+
+
+class Unauthorized(BaseModel):
+    """401: the controller token is missing or wrong."""
+
+    detail: Literal["Unauthorized"]
+
+
+class ValidationIssue(BaseModel):
+    """One pydantic validation error, without the input that caused it."""
+
+    type: str
+    loc: list[str | int]
+    msg: str
+
+
+class ValidationFailed(BaseModel):
+    """422 for a body that does not validate."""
+
+    detail: list[ValidationIssue]

@@ -1,0 +1,110 @@
+"""The turn routes (SPEC 5, 6): task, chat, the running list and terminate."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from agent_server.execution.outcome import OutcomeKind
+from agent_server.execution.turn import TurnAnswer, TurnAsk, run_turn
+from agent_server.models import (
+    ChatRequest,
+    ParallelTaskRequest,
+    RunningExecution,
+    RunningExecutions,
+    TerminateResponse,
+)
+from agent_server.routes.requests import parse_json
+from agent_server.services import Services
+
+
+async def task(request: Request) -> JSONResponse:
+    """Run one stateless turn (a fresh session unless `resume_session_id`)."""
+    services: Services = request.app.state.services
+    body = await parse_json(request, ParallelTaskRequest)
+    ask = TurnAsk(
+        message=body.message,
+        execution_id=body.execution_id,
+        model=body.model,
+        system_prompt=body.system_prompt,
+        allowed_tools=tuple(body.allowed_tools) if body.allowed_tools else None,
+        max_turns=body.max_turns,
+        timeout_s=body.timeout_seconds,
+        resume_session_id=body.resume_session_id,
+        persist_session=body.persist_session,
+        auth_override=body.auth_override,
+    )
+    return _respond(await _run_watched(request, services, ask))
+
+
+async def chat(request: Request) -> JSONResponse:
+    """One turn of the agent's chat: serialised, resuming its session across credentials."""
+    services: Services = request.app.state.services
+    body = await parse_json(request, ChatRequest)
+    async with services.chat.lock:
+        ask = TurnAsk(
+            message=body.message,
+            execution_id=body.execution_id,
+            model=body.model,
+            system_prompt=body.system_prompt,
+            resume_session_id=services.chat.current(),
+            auth_override=body.auth_override,
+            reset_unknown_session=True,
+        )
+        answer = await _run_watched(request, services, ask)
+        if answer.outcome.kind is OutcomeKind.SUCCESS and answer.session_id:
+            services.chat.remember(answer.session_id)
+    return _respond(answer)
+
+
+async def running(request: Request) -> JSONResponse:
+    """The turns in flight and the ids that finished recently."""
+    services: Services = request.app.state.services
+    body = RunningExecutions(
+        executions=[
+            RunningExecution(
+                execution_id=e.execution_id,
+                started_at=e.started_at,
+                auth_route=e.auth_route,
+                generation=e.generation,
+            )
+            for e in services.registry.running()
+        ],
+        recently_completed_ids=services.registry.recently_completed(),
+    )
+    return JSONResponse(body.model_dump())
+
+
+async def terminate(request: Request) -> JSONResponse:
+    """Kill a running turn's process group; that turn answers `cancelled`."""
+    services: Services = request.app.state.services
+    status = services.registry.terminate(request.path_params["execution_id"])
+    return JSONResponse(TerminateResponse(status=status).model_dump())
+
+
+async def _run_watched(request: Request, services: Services, ask: TurnAsk) -> TurnAnswer:
+    """Run the turn while watching the connection: a client that leaves cancels it."""
+    gone = asyncio.Event()
+    watcher = asyncio.create_task(_watch_disconnect(request, gone))
+    try:
+        return await run_turn(services, ask, gone)
+    finally:
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+
+
+async def _watch_disconnect(request: Request, gone: asyncio.Event) -> None:
+    # The body is read already: the next ASGI message can only be the disconnect.
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            gone.set()
+            return
+
+
+def _respond(answer: TurnAnswer) -> JSONResponse:
+    return JSONResponse(answer.body, status_code=answer.status, headers=answer.headers)

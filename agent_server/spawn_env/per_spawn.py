@@ -1,0 +1,58 @@
+"""The per-spawn layer of one turn: its execution id and its `auth_override` (SPEC 6).
+
+Pure: the override becomes values for exactly one spawn plus the names that spawn
+drops last, so nothing the baseline, `.env` or a reload carries can shadow it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pydantic import SecretStr
+
+from agent_server.models import AuthOverride, AuthRoute
+from agent_server.spawn_env.layers import (
+    API_KEY,
+    AUTH_TOKEN,
+    BASE_URL,
+    CLAUDE_OAUTH,
+    EXECUTION_ID,
+    PROVIDER_SWITCHES,
+    SUBSCRIPTION_SHADOW_KEYS,
+    PerSpawn,
+)
+
+
+@dataclass(frozen=True)
+class SpawnCredential:
+    """What one turn's override does to its spawn."""
+
+    layer: PerSpawn
+    auth_route: AuthRoute
+    model: str | None = None
+    """The model the provider override imposes, if any."""
+
+    def secrets(self) -> list[SecretStr]:
+        """The secret values staged for this spawn (for the redactor)."""
+        return [v for v in self.layer.values.values() if isinstance(v, SecretStr)]
+
+
+def spawn_credential(execution_id: str, override: AuthOverride | None) -> SpawnCredential:
+    """The per-spawn layer for `override` (None: the baseline credential serves)."""
+    values: dict[str, SecretStr | str] = {EXECUTION_ID: execution_id}
+    if override is None:
+        return SpawnCredential(PerSpawn(values), "baseline")
+    if override.oauth_token is not None:
+        values[CLAUDE_OAUTH] = override.oauth_token
+        drop = frozenset(SUBSCRIPTION_SHADOW_KEYS)
+        return SpawnCredential(PerSpawn(values, drop), "oauth_token")
+    if override.api_key is not None:
+        values[API_KEY] = override.api_key
+        drop = frozenset({CLAUDE_OAUTH, AUTH_TOKEN, *PROVIDER_SWITCHES})
+        return SpawnCredential(PerSpawn(values, drop), "api_key")
+    provider = override.provider
+    assert provider is not None  # noqa: S101 - AuthOverride holds exactly one
+    values[BASE_URL] = provider.base_url
+    values[AUTH_TOKEN] = provider.auth_token
+    drop = frozenset({API_KEY, CLAUDE_OAUTH, *PROVIDER_SWITCHES})
+    return SpawnCredential(PerSpawn(values, drop), "provider", provider.model)

@@ -1,0 +1,361 @@
+"""The §7 outcome contract for Codex and Gemini CLI: a real server, fake CLIs.
+
+`fake-codex` and `fake-gemini` are real executables that take the argv our adapters
+build and print their CLI's event stream; a prompt directive picks the outcome. One
+server a runtime serves the module. Each carries OPENAI_API_KEY, GEMINI_API_KEY,
+ANTHROPIC_API_KEY and CLAUDE_CODE_OAUTH_TOKEN in its env: the boot guard, which
+strips the API keys beside an OAuth token on a Claude runtime, must not touch them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+import pytest
+
+from agent_server.execution.outcome import ERROR_DETAIL_KEYS
+from tests.conftest import SecretRegistry
+from tests.e2e.conftest import CONTROLLER_AUTH_WORDS, TurnServers
+from tests.support.server import REPO, ServerProcess
+
+FAKE_CODEX = REPO / "tests" / "support" / "fake-codex"
+FAKE_GEMINI = REPO / "tests" / "support" / "fake-gemini"
+RUNTIMES = ("codex", "gemini-cli")
+BASELINE_KEYS = ("OPENAI_API_KEY", "GEMINI_API_KEY", "ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN")
+SWITCHING_CODES = frozenset({"rate_limit", "billing", "auth"})
+GEMINI_RESET = timedelta(hours=1, minutes=49, seconds=8)
+
+
+def fingerprint(value: str) -> str:
+    """The fakes' fingerprint: the first 12 hex digits of sha256."""
+    return hashlib.sha256(value.encode()).hexdigest()[:12]
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One live answer of a turn, kept for every test of the module."""
+
+    status: int
+    headers: httpx.Headers
+    json: dict[str, Any]
+    text: str
+    sent: dict[str, Any]
+    asked_at: datetime
+
+    @property
+    def detail(self) -> dict[str, Any]:
+        detail = self.json["detail"]
+        assert isinstance(detail, dict), self.text
+        return detail
+
+    def report(self) -> dict[str, Any]:
+        """The fake CLI's JSON report of what it received (a success's response)."""
+        report: dict[str, Any] = json.loads(self.json["response"])
+        return report
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """One runtime's server and the baseline credential values it booted with."""
+
+    server: ServerProcess
+    baseline: dict[str, str]
+
+
+@pytest.fixture(scope="module")
+def runtimes(
+    module_turn_servers: TurnServers, secret_registry: SecretRegistry
+) -> dict[str, Runtime]:
+    """A codex and a gemini-cli server, each with every provider key in its env."""
+    started = {}
+    for runtime, command in (("codex", FAKE_CODEX), ("gemini-cli", FAKE_GEMINI)):
+        baseline = {
+            key: secret_registry.new(f"{runtime}-{key.lower()}".replace("-", ""))
+            for key in BASELINE_KEYS
+        }
+        server = module_turn_servers.start(
+            AGENT_RUNTIME=runtime, AGENT_SERVER_RUNTIME_COMMAND=str(command), **baseline
+        )
+        started[runtime] = Runtime(server, baseline)
+    return started
+
+
+@pytest.fixture(scope="module")
+def missing_codex(module_turn_servers: TurnServers) -> ServerProcess:
+    """A codex server whose runtime command does not exist."""
+    home = module_turn_servers.home("missing-codex")
+    return module_turn_servers.start(
+        home, AGENT_RUNTIME="codex", AGENT_SERVER_RUNTIME_COMMAND=str(home / "no-such-codex")
+    )
+
+
+# name -> (runtime, prompt, extra body)
+TURNS: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "codex_success": ("codex", "hello codex", {}),
+    "codex_reconnected": ("codex", "@reconnect", {}),
+    "codex_usage_limit": ("codex", "@usage-limit", {}),
+    "codex_refresh_expired": ("codex", "@refresh-expired", {}),
+    "codex_unauthorized": ("codex", "@unauthorized", {}),
+    "codex_stream_error": ("codex", "@stream-error", {}),
+    "codex_override": ("codex", "hello", {"auth_override": "oauth_token"}),
+    "gemini_success": ("gemini-cli", "hello gemini", {"model": "gemini-2.5-flash"}),
+    "gemini_resource_exhausted": ("gemini-cli", "@resource-exhausted", {}),
+    "gemini_api_key_invalid": ("gemini-cli", "@api-key-invalid", {}),
+    "gemini_exit_41": ("gemini-cli", "@exit 41", {}),
+    "gemini_exit_53": ("gemini-cli", "@exit 53", {}),
+    "gemini_unavailable": ("gemini-cli", "@unavailable", {}),
+    "gemini_override": ("gemini-cli", "hello", {"auth_override": "api_key"}),
+}
+
+
+def _play(server: ServerProcess, name: str, prompt: str, extra: dict[str, Any]) -> Answer:
+    body = {"message": prompt, "execution_id": f"{name}-{secrets.token_hex(4)}", **extra}
+    asked_at = datetime.now(UTC)
+    with server.client() as client:
+        response = client.post("/api/task", json=body)
+    return Answer(
+        response.status_code, response.headers, response.json(), response.text, body, asked_at
+    )
+
+
+@pytest.fixture(scope="module")
+def live(
+    runtimes: dict[str, Runtime], missing_codex: ServerProcess, secret_registry: SecretRegistry
+) -> dict[str, Answer]:
+    """Every turn of the module, played once and concurrently."""
+    jobs: dict[str, tuple[ServerProcess, str, dict[str, Any]]] = {}
+    for name, (runtime, prompt, extra) in TURNS.items():
+        body = dict(extra)
+        if "auth_override" in body:
+            kind = body["auth_override"]
+            body["auth_override"] = {kind: secret_registry.new(f"{name}override")}
+        jobs[name] = (runtimes[runtime].server, prompt, body)
+    jobs["codex_missing"] = (missing_codex, "hello", {})
+    with ThreadPoolExecutor(len(jobs)) as pool:
+        futures = {
+            name: pool.submit(_play, server, name, prompt, body)
+            for name, (server, prompt, body) in jobs.items()
+        }
+        answers = {name: future.result(timeout=60) for name, future in futures.items()}
+    leaked = secret_registry.leaks(answer.text for answer in answers.values())
+    assert not leaked, f"credentials reached a response body: {leaked}"
+    return answers
+
+
+def _error(answer: Answer, status: int, error_code: str) -> dict[str, Any]:
+    assert answer.status == status, answer.text
+    detail = answer.detail
+    assert set(detail) == set(ERROR_DETAIL_KEYS)
+    assert detail["error_code"] == error_code
+    assert detail["execution_id"] == answer.sent["execution_id"]
+    assert detail["auth_route"] == "baseline"
+    assert isinstance(detail["execution_log"], list)
+    assert "X-Trinity-Auth-Override" not in answer.headers
+    if error_code != "auth":
+        lowered = detail["message"].lower()
+        assert not [word for word in CONTROLLER_AUTH_WORDS if word in lowered], detail["message"]
+    return detail
+
+
+def _parse_instant(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+# --- success ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "runtime", "tokens"),
+    [
+        pytest.param("codex_success", "codex", (120, 7), id="codex"),
+        pytest.param("gemini_success", "gemini-cli", (1410, 122), id="gemini"),
+    ],
+)
+def test_a_served_turn_has_the_success_shape(
+    live: dict[str, Answer], name: str, runtime: str, tokens: tuple[int, int]
+) -> None:
+    """Response text, session id and token counts come from the runtime's own stream."""
+    answer = live[name]
+    assert answer.status == 200, answer.text
+    body = answer.json
+    assert body["status"] == "success"
+    report = answer.report()
+    assert report["runtime"] == runtime
+    assert report["prompt"] == answer.sent["message"]
+    assert body["session_id"]
+    assert body["metadata"]["session_id"] == body["session_id"]
+    assert (body["metadata"]["input_tokens"], body["metadata"]["output_tokens"]) == tokens
+    assert body["metadata"]["auth_route"] == "baseline"
+    assert isinstance(body["execution_log"], list) and body["execution_log"]
+
+
+def test_codex_gets_the_argv_our_adapter_builds(live: dict[str, Answer]) -> None:
+    """`exec --json --skip-git-repo-check -`, the prompt on stdin, not argv."""
+    report = live["codex_success"].report()
+    assert report["argv"] == ["exec", "--json", "--skip-git-repo-check", "-"]
+
+
+def test_gemini_gets_the_model_and_yolo(live: dict[str, Answer]) -> None:
+    """`--output-format stream-json --model m --yolo`; its init names the session and model."""
+    answer = live["gemini_success"]
+    report = answer.report()
+    assert report["argv"] == [
+        "--output-format", "stream-json", "--model", "gemini-2.5-flash", "--yolo",
+    ]  # fmt: skip
+    assert answer.json["metadata"]["model"] == "gemini-2.5-flash"
+
+
+def test_a_codex_turn_that_reconnected_then_completed_served(live: dict[str, Answer]) -> None:
+    """A transient reconnect `error` followed by turn.completed is a success."""
+    assert live["codex_reconnected"].status == 200, live["codex_reconnected"].text
+
+
+# --- rate limits --------------------------------------------------------------------
+
+
+def test_codex_usage_limit_is_a_rate_limit_at_the_quoted_clock(live: dict[str, Answer]) -> None:
+    """`try again at 3:29 PM.` is the next 15:29 UTC: 429 with resets_at and Retry-After."""
+    answer = live["codex_usage_limit"]
+    detail = _error(answer, 429, "rate_limit")
+    assert detail["switch_credential"] is True
+    resets_at = _parse_instant(detail["resets_at"])
+    assert (resets_at.hour, resets_at.minute, resets_at.second) == (15, 29, 0)
+    assert timedelta(0) <= resets_at - answer.asked_at <= timedelta(days=1)
+    assert 1 <= int(answer.headers["Retry-After"]) <= 86400
+    assert detail["message"].startswith("You've hit your usage limit")
+
+
+def test_gemini_resource_exhausted_is_a_rate_limit_after_its_span(
+    live: dict[str, Answer],
+) -> None:
+    """429 RESOURCE_EXHAUSTED `reset after 1h49m8s`: resets_at that far ahead."""
+    answer = live["gemini_resource_exhausted"]
+    detail = _error(answer, 429, "rate_limit")
+    assert detail["switch_credential"] is True
+    assert detail["api_error_status"] == 429
+    ahead = _parse_instant(detail["resets_at"]) - answer.asked_at
+    assert GEMINI_RESET - timedelta(seconds=5) <= ahead <= GEMINI_RESET + timedelta(seconds=30)
+    retry_after = int(answer.headers["Retry-After"])
+    assert GEMINI_RESET.total_seconds() - 30 <= retry_after <= GEMINI_RESET.total_seconds() + 1
+
+
+# --- auth and the rest --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param("codex_refresh_expired", id="codex refresh token expired"),
+        pytest.param("codex_unauthorized", id="codex 401 on stderr"),
+        pytest.param("gemini_api_key_invalid", id="gemini API key not valid"),
+        pytest.param("gemini_exit_41", id="gemini exit 41"),
+    ],
+)
+def test_auth_failures_are_503_auth(live: dict[str, Answer], name: str) -> None:
+    """Every auth failure answers 503 auth and asks for another credential."""
+    detail = _error(live[name], 503, "auth")
+    assert detail["switch_credential"] is True
+    assert detail["retryable"] is False
+
+
+@pytest.mark.parametrize(
+    ("name", "status", "error_code", "retryable"),
+    [
+        pytest.param("codex_stream_error", 502, "upstream_unavailable", True, id="codex 500"),
+        pytest.param("gemini_unavailable", 502, "upstream_unavailable", True, id="gemini 503"),
+        pytest.param("gemini_exit_53", 422, "max_turns", False, id="gemini exit 53"),
+    ],
+)
+def test_failures_no_credential_fixes(
+    live: dict[str, Answer], name: str, status: int, error_code: str, retryable: bool
+) -> None:
+    """Upstream trouble and the turn limit never ask for a switch."""
+    detail = _error(live[name], status, error_code)
+    assert detail["switch_credential"] is False
+    assert detail["retryable"] is retryable
+
+
+def test_a_missing_codex_is_the_container_fault_the_controller_knows(
+    live: dict[str, Answer], controller_reason: Callable[[int, str], str | None]
+) -> None:
+    """A missing runtime answers 503 container_fault that the controller does not switch on."""
+    detail = _error(live["codex_missing"], 503, "container_fault")
+    assert detail["switch_credential"] is False
+    assert controller_reason(503, detail["message"]) is None, detail["message"]
+
+
+# --- auth_override and the boot guard -----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "runtime"),
+    [
+        pytest.param("codex_override", "codex", id="codex"),
+        pytest.param("gemini_override", "gemini-cli", id="gemini"),
+    ],
+)
+def test_an_auth_override_is_ignored_with_a_warning(
+    live: dict[str, Answer], runtimes: dict[str, Runtime], name: str, runtime: str
+) -> None:
+    """No header, auth_route baseline, the baseline keys unchanged, a WARNING logged."""
+    answer = live[name]
+    assert answer.status == 200, answer.text
+    assert "X-Trinity-Auth-Override" not in answer.headers
+    assert answer.json["metadata"]["auth_route"] == "baseline"
+    (override,) = answer.sent["auth_override"].values()
+    report = answer.report()
+    assert fingerprint(override) not in report["fingerprints"].values()
+    baseline = runtimes[runtime].baseline
+    assert report["fingerprints"]["ANTHROPIC_API_KEY"] == fingerprint(baseline["ANTHROPIC_API_KEY"])
+    records = [
+        json.loads(line)
+        for line in runtimes[runtime].server.log_text().splitlines()
+        if line.startswith("{")
+    ]
+    warnings = [
+        r
+        for r in records
+        if r.get("level") == "WARNING"
+        and "auth_override" in r.get("message", "")
+        and answer.sent["execution_id"] in json.dumps(r)
+    ]
+    assert warnings, "no WARNING names the ignored auth_override"
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_the_boot_guard_leaves_a_non_claude_runtimes_keys(
+    live: dict[str, Answer], runtimes: dict[str, Runtime], runtime: str
+) -> None:
+    """Every provider key of the server env reaches the spawn with its own value."""
+    name = "codex_success" if runtime == "codex" else "gemini_success"
+    report = live[name].report()
+    baseline = runtimes[runtime].baseline
+    assert set(BASELINE_KEYS) <= set(report["env_names"])
+    assert report["fingerprints"] == {key: fingerprint(value) for key, value in baseline.items()}
+    with runtimes[runtime].server.client() as client:
+        status = client.get("/api/credentials/status").json()
+    assert status["guard_armed"] is False
+
+
+# --- the controller -----------------------------------------------------------------
+
+
+def test_the_controller_switches_exactly_on_rate_limit_and_auth(
+    live: dict[str, Answer], controller_reason: Callable[[int, str], str | None]
+) -> None:
+    """Played through the controller's mapping, only rate_limit, billing and auth switch."""
+    for name, answer in live.items():
+        if answer.status == 200:
+            continue
+        detail = answer.detail
+        switches = controller_reason(answer.status, detail["message"]) is not None
+        assert switches is detail["switch_credential"], (name, answer.text)
+        assert switches is (detail["error_code"] in SWITCHING_CODES), (name, answer.text)
