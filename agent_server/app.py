@@ -157,7 +157,12 @@ def create_app(settings: Settings, services: Services | None = None) -> Starlett
 
 async def _api_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ApiError)  # noqa: S101 - registered for ApiError only
-    detail: dict[str, object] = {"message": exc.message, "error_code": exc.error_code}
+    # A message may quote what the client sent (an execution id): it passes the redactor.
+    redactor = request.app.state.services.redactor
+    detail: dict[str, object] = {
+        "message": redactor.redact(exc.message),
+        "error_code": exc.error_code,
+    }
     if exc.retryable is not None:
         detail["retryable"] = exc.retryable
     return JSONResponse({"detail": detail}, status_code=exc.status, headers=exc.headers)

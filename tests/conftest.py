@@ -59,3 +59,27 @@ def agent_environ(root: Path) -> dict[str, str]:
 def environ(tmp_path: Path) -> dict[str, str]:
     """A minimal agent env rooted in this test's tmp_path (add credentials per test)."""
     return agent_environ(tmp_path)
+
+
+# --- the leak sweep runs last, over everything the session's servers said ----------
+
+SWEEP_MARK = "leak_sweep"
+_E2E_RAN = pytest.StashKey[int]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the leak sweep's marker."""
+    config.addinivalue_line("markers", f"{SWEEP_MARK}: runs after every other test")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Move the leak sweep to the end, and count the end-to-end tests it will sweep after."""
+    sweeps = [item for item in items if item.get_closest_marker(SWEEP_MARK)]
+    items[:] = [item for item in items if item not in sweeps] + sweeps
+    config.stash[_E2E_RAN] = sum("/e2e/" in item.nodeid or "e2e/" in item.nodeid for item in items)
+
+
+@pytest.fixture
+def end_to_end_tests_ran(request: pytest.FixtureRequest) -> int:
+    """How many end-to-end tests this session collected before the sweep."""
+    return request.config.stash.get(_E2E_RAN, 0)

@@ -6,125 +6,32 @@ body; at teardown no registered test secret may appear in either (SPEC 8).
 
 from __future__ import annotations
 
-import json
-import re
-import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
 
 from tests.conftest import SecretRegistry, agent_environ
 from tests.support.server import ServerProcess, server_environ
 
-HEADER = "X-Trinity-Agent-Token"
-_LISTENING = re.compile(r"Uvicorn running on http://127\.0\.0\.1:(\d+)")
-START_TIMEOUT_S = 30.0
+
+def stop_all(servers: list[ServerProcess]) -> None:
+    """SIGTERM every server, SIGKILL what lingers."""
+    for server in servers:
+        try:
+            server.stop(timeout=60)
+        finally:
+            server.kill()
 
 
-@dataclass
-class AgentServer:
-    """One running server: its env, URL, controller token, log file and recorded bodies."""
-
-    proc: subprocess.Popen[bytes]
-    env: Mapping[str, str]
-    base_url: str
-    token: str | None
-    log_path: Path
-    bodies: list[str] = field(default_factory=list)
-
-    def request(
-        self, method: str, path: str, *, token: str | None = None, **kwargs: Any
-    ) -> httpx.Response:
-        """Send a request with the controller token (or `token`, "" for none); record the body."""
-        sent = self.token if token is None else token
-        headers = dict(kwargs.pop("headers", {}))
-        if sent:
-            headers[HEADER] = sent
-        response = httpx.request(
-            method, self.base_url + path, headers=headers, timeout=30, **kwargs
-        )
-        self.bodies.append(response.text)
-        return response
-
-    def get(self, path: str, **kwargs: Any) -> httpx.Response:
-        """GET `path`."""
-        return self.request("GET", path, **kwargs)
-
-    def post(self, path: str, **kwargs: Any) -> httpx.Response:
-        """POST `path`."""
-        return self.request("POST", path, **kwargs)
-
-    def reload(self, body: Any, **kwargs: Any) -> httpx.Response:
-        """POST a JSON body to reload-token."""
-        return self.post("/api/credentials/reload-token", json=body, **kwargs)
-
-    def status(self) -> dict[str, Any]:
-        """The credential status (asserting 200)."""
-        response = self.get("/api/credentials/status")
-        assert response.status_code == 200, response.text
-        result: dict[str, Any] = response.json()
-        return result
-
-    @property
-    def state_dir(self) -> Path:
-        """The server's AGENT_SERVER_STATE_DIR."""
-        return Path(self.env["AGENT_SERVER_STATE_DIR"])
-
-    @property
-    def env_file(self) -> Path:
-        """The server's `.env`."""
-        return Path(self.env["AGENT_SERVER_ENV_FILE"])
-
-    def log_text(self) -> str:
-        """Everything the server wrote to stderr so far."""
-        return self.log_path.read_text(errors="replace")
-
-    def log_messages(self) -> list[dict[str, Any]]:
-        """The stderr log as parsed JSON records (every line must be one)."""
-        return [json.loads(line) for line in self.log_text().splitlines() if line.strip()]
-
-    def stop(self) -> None:
-        """SIGTERM, then SIGKILL if it lingers; idempotent."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=15)
-
-
-def _start(env: Mapping[str, str], log_path: Path) -> AgentServer:
-    full = {**env, "AGENT_SERVER_HOST": "127.0.0.1", "AGENT_SERVER_PORT": "0"}
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "agent_server", "serve"],
-            env=full,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-        )
-    token = env.get("TRINITY_AGENT_AUTH_TOKEN")
-    server = AgentServer(proc, full, "", token, log_path)
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        match = _LISTENING.search(server.log_text())
-        if match:
-            server.base_url = f"http://127.0.0.1:{match.group(1)}"
-            if server.get("/health").status_code == 200:
-                return server
-        if proc.poll() is not None:
-            break
-        time.sleep(0.05)
-    server.stop()
-    pytest.fail(f"agent-server did not start:\n{server.log_text()}")
+def assert_no_leaks(registry: SecretRegistry, servers: list[ServerProcess]) -> None:
+    """No registered test secret in any of these servers' logs or response bodies."""
+    texts = [s.log_text() for s in servers] + [b for s in servers for b in s.bodies()]
+    leaked = registry.leaks(texts)
+    assert not leaked, f"test secrets leaked into logs or responses: {leaked}"
 
 
 class ServerFactory:
@@ -133,7 +40,7 @@ class ServerFactory:
     def __init__(self, root: Path, registry: SecretRegistry) -> None:
         self.root = root
         self.registry = registry
-        self.servers: list[AgentServer] = []
+        self.servers: list[ServerProcess] = []
 
     def environ(self) -> dict[str, str]:
         """A clean env for a server under `root`, with a registered controller token."""
@@ -142,20 +49,17 @@ class ServerFactory:
         env["AGENT_SERVER_RUNTIME_COMMAND"] = str(Path(sys.executable))
         return env
 
-    def start(self, env: Mapping[str, str]) -> AgentServer:
-        """Start a server with exactly `env` (plus loopback host and an ephemeral port)."""
+    def start(self, env: Mapping[str, str]) -> ServerProcess:
+        """Start a server with exactly `env` (plus a free loopback port)."""
         log_path = self.root / f"server-{len(self.servers)}.log"
-        server = _start(env, log_path)
+        server = ServerProcess(env, log_path)
         self.servers.append(server)
-        return server
+        return server.start()
 
     def close(self) -> None:
         """Stop every server; fail when a registered secret reached a log or a body."""
-        for server in self.servers:
-            server.stop()
-        texts = [s.log_text() for s in self.servers] + [b for s in self.servers for b in s.bodies]
-        leaked = self.registry.leaks(texts)
-        assert not leaked, f"test secrets leaked into logs or responses: {leaked}"
+        stop_all(self.servers)
+        assert_no_leaks(self.registry, self.servers)
 
 
 @pytest.fixture
@@ -175,7 +79,7 @@ def server_env(servers: ServerFactory) -> dict[str, str]:
 
 
 @pytest.fixture
-def start_server(servers: ServerFactory) -> Callable[[Mapping[str, str]], AgentServer]:
+def start_server(servers: ServerFactory) -> Callable[[Mapping[str, str]], ServerProcess]:
     """Start a real server with a given env."""
     return servers.start
 
@@ -206,14 +110,9 @@ class TurnServers:
         return server.start()
 
     def close(self) -> None:
-        """Stop every server; fail when a registered secret reached a server log."""
-        for server in self.started:
-            try:
-                server.stop(timeout=60)
-            finally:
-                server.kill()
-        leaked = self.registry.leaks(server.log_text() for server in self.started)
-        assert not leaked, f"test secrets leaked into server logs: {leaked}"
+        """Stop every server; fail when a registered secret reached a log or a body."""
+        stop_all(self.started)
+        assert_no_leaks(self.registry, self.started)
 
 
 @pytest.fixture(scope="module")

@@ -13,18 +13,19 @@ import pytest
 
 from agent_server.credentials.state import fingerprint
 from tests.conftest import SecretRegistry
-from tests.e2e.conftest import AgentServer, ServerFactory
+from tests.e2e.conftest import ServerFactory
+from tests.support.server import ServerProcess
 
 OAUTH = "CLAUDE_CODE_OAUTH_TOKEN"
 KEY = "ANTHROPIC_API_KEY"
 AUTH = "ANTHROPIC_AUTH_TOKEN"
-Start = Callable[[Mapping[str, str]], AgentServer]
+Start = Callable[[Mapping[str, str]], ServerProcess]
 
 
 @pytest.fixture(scope="module")
 def shared(
     tmp_path_factory: pytest.TempPathFactory, secret_registry: SecretRegistry
-) -> Iterator[AgentServer]:
+) -> Iterator[ServerProcess]:
     """One server for the read-only and refused-input tests of this module."""
     factory = ServerFactory(tmp_path_factory.mktemp("shared"), secret_registry)
     try:
@@ -33,7 +34,7 @@ def shared(
         factory.close()
 
 
-def _unchanged(server: AgentServer, before: dict[str, Any]) -> None:
+def _unchanged(server: ServerProcess, before: dict[str, Any]) -> None:
     after = server.status()
     assert (after["generation"], after["fingerprint"]) == (
         before["generation"],
@@ -46,7 +47,7 @@ def _unchanged(server: AgentServer, before: dict[str, Any]) -> None:
 
 
 @pytest.mark.parametrize("token", ["", "wrong-token-value"], ids=["no token", "a wrong token"])
-def test_a_missing_or_wrong_token_is_401(shared: AgentServer, token: str) -> None:
+def test_a_missing_or_wrong_token_is_401(shared: ServerProcess, token: str) -> None:
     """Protected routes answer 401 {"detail": "Unauthorized"} without the right token."""
     for method, path in [
         ("GET", "/api/credentials/status"),
@@ -57,7 +58,7 @@ def test_a_missing_or_wrong_token_is_401(shared: AgentServer, token: str) -> Non
         assert response.json() == {"detail": "Unauthorized"}
 
 
-def test_health_and_options_need_no_token(shared: AgentServer) -> None:
+def test_health_and_options_need_no_token(shared: ServerProcess) -> None:
     """GET /health and OPTIONS are exempt; /health reports token auth."""
     health = shared.get("/health", token="")
     assert health.status_code == 200
@@ -130,7 +131,7 @@ BAD_RELOADS = [
 
 @pytest.mark.parametrize(("request_kwargs", "status"), BAD_RELOADS)
 def test_a_bad_reload_is_refused_and_changes_nothing(
-    shared: AgentServer, request_kwargs: dict[str, Any], status: int
+    shared: ServerProcess, request_kwargs: dict[str, Any], status: int
 ) -> None:
     """400 token_required or 422 with a list detail that never echoes the input; no change."""
     before = shared.status()
@@ -357,5 +358,5 @@ def test_no_test_secret_reaches_a_log_line_or_a_body(
     records = server.log_messages()  # every line is one JSON object
     assert any("reload-token" in r["message"] for r in records)
     assert "[REDACTED]" in server.log_text()
-    assert secret_registry.leaks([server.log_text(), *server.bodies]) == []
+    assert secret_registry.leaks([server.log_text(), *server.bodies()]) == []
     assert os.environ.get(OAUTH) != server_env[OAUTH]

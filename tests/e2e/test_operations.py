@@ -60,7 +60,7 @@ def test_metrics_count_turns_reloads_and_suppressed_keys(
         assert client.post(RELOAD, json={**token, "expected_generation": 1}).status_code == 409
         assert client.post(RELOAD, json={"token": "a b"}).status_code == 422
         generation = client.get("/api/credentials/status").json()["generation"]
-    with server.client(token=None) as anonymous:
+    with server.client(token="") as anonymous:
         response = anonymous.get("/metrics")
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/plain")
@@ -121,7 +121,7 @@ def test_openapi_needs_the_token_and_describes_every_route(
 ) -> None:
     """The live /openapi.json: 401 without the token, an OpenAPI 3.1 document with it."""
     server = turn_servers.start()
-    with server.client(token=None) as anonymous:
+    with server.client(token="") as anonymous:
         denied = anonymous.get("/openapi.json")
     assert (denied.status_code, denied.json()) == (401, {"detail": "Unauthorized"})
     with server.client() as client:
@@ -136,7 +136,7 @@ def test_openapi_needs_the_token_and_describes_every_route(
 
 
 def _health(server: ServerProcess) -> httpx.Response:
-    with server.client(token=None) as anonymous:
+    with server.client(token="") as anonymous:
         return anonymous.get("/health")
 
 

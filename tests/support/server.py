@@ -2,10 +2,13 @@
 
 The server runs as its own process (like in a container), so tests can SIGTERM or
 SIGKILL it, restart it over the same state dir, and read every log line it wrote.
+Every response body a test receives through `client()` or `request()` is appended
+to `<log>.bodies`, beside the log: the leak sweep reads both.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -15,6 +18,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import httpx
 
@@ -29,6 +33,14 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def read_bodies(path: Path) -> list[str]:
+    """The response bodies a `ServerProcess` recorded in `path` (one JSON string a line)."""
+    try:
+        return [json.loads(line) for line in path.read_text().splitlines()]
+    except FileNotFoundError:
+        return []
 
 
 def server_environ(home: Path, **extra: str) -> dict[str, str]:
@@ -60,6 +72,8 @@ class ServerProcess:
         self.port = int(self.environ.get("AGENT_SERVER_PORT") or free_port())
         self.environ["AGENT_SERVER_PORT"] = str(self.port)
         self.log_path = log_path
+        self.bodies_path = log_path.with_name(log_path.name + ".bodies")
+        self.token = self.environ.get("TRINITY_AGENT_AUTH_TOKEN")
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -67,10 +81,68 @@ class ServerProcess:
         """The server's URL on loopback."""
         return f"http://127.0.0.1:{self.port}"
 
-    def client(self, *, token: str | None = CONTROLLER_TOKEN, timeout: float = 60) -> httpx.Client:
-        """An HTTP client that sends the controller token (unless `token` is None)."""
-        headers = {"X-Trinity-Agent-Token": token} if token is not None else {}
-        return httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)
+    @property
+    def state_dir(self) -> Path:
+        """The server's AGENT_SERVER_STATE_DIR."""
+        return Path(self.environ["AGENT_SERVER_STATE_DIR"])
+
+    @property
+    def env_file(self) -> Path:
+        """The server's `.env`."""
+        return Path(self.environ["AGENT_SERVER_ENV_FILE"])
+
+    def client(
+        self, *, token: str | None = None, timeout: float = 60, **kwargs: Any
+    ) -> httpx.Client:
+        """An HTTP client that sends the controller token (`token=""` sends none)."""
+        sent = self.token if token is None else token
+        headers = {"X-Trinity-Agent-Token": sent} if sent else {}
+        return httpx.Client(
+            base_url=self.base_url,
+            headers=headers,
+            timeout=timeout,
+            event_hooks={"response": [self._record]},
+            **kwargs,
+        )
+
+    def request(
+        self, method: str, path: str, *, token: str | None = None, **kwargs: Any
+    ) -> httpx.Response:
+        """One request with the controller token (`token=""` sends none)."""
+        with self.client(token=token, timeout=30) as client:
+            return client.request(method, path, **kwargs)
+
+    def get(self, path: str, **kwargs: Any) -> httpx.Response:
+        """GET `path`."""
+        return self.request("GET", path, **kwargs)
+
+    def post(self, path: str, **kwargs: Any) -> httpx.Response:
+        """POST `path`."""
+        return self.request("POST", path, **kwargs)
+
+    def reload(self, body: Any, **kwargs: Any) -> httpx.Response:
+        """POST a JSON body to reload-token."""
+        return self.post("/api/credentials/reload-token", json=body, **kwargs)
+
+    def status(self) -> dict[str, Any]:
+        """The credential status (asserting 200)."""
+        response = self.get("/api/credentials/status")
+        assert response.status_code == 200, response.text
+        result: dict[str, Any] = response.json()
+        return result
+
+    def bodies(self) -> list[str]:
+        """Every response body received from this server so far."""
+        return read_bodies(self.bodies_path)
+
+    def log_messages(self) -> list[dict[str, Any]]:
+        """The log as parsed JSON records (every line must be one)."""
+        return [json.loads(line) for line in self.log_text().splitlines() if line.strip()]
+
+    def _record(self, response: httpx.Response) -> None:
+        response.read()
+        with self.bodies_path.open("a") as out:
+            out.write(json.dumps(response.text) + "\n")
 
     def start(self, timeout: float = 15) -> ServerProcess:
         """Start the server and wait until /health answers."""
