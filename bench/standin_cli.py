@@ -1,0 +1,133 @@
+"""A minimal stand-in for Claude Code's print mode (stdlib only), for benchmarks.
+
+It reads the prompt on stdin and prints init, assistant and result events shaped like
+shared/fixtures/claude-code-2.1.328/success_oauth.stdout.jsonl, with the session id
+taken from `--session-id`. Unlike tests/support/fake-claude it parses no flags and
+imports almost nothing, so the CLI's own cost stays small and steady and the figures
+show the server. Directives, one a line in the prompt, run in order after init:
+
+    @sleep S                 sleep S seconds
+    @print-bytes N           about N bytes of assistant events, 64 KiB of text each
+    @stream S LINE_BYTES T   assistant events of about LINE_BYTES, one every T s, for S s
+
+`install_standin(directory)` writes it as an executable with an absolute shebang
+(`python -IS`: no site, no environment), so no PATH lookup or shim is timed.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import uuid
+from pathlib import Path
+
+MODEL = "claude-sonnet-5-5"
+_CHUNK = 64 * 1024
+
+
+def install_standin(directory: Path) -> Path:
+    """Write this file as an executable `claude` stand-in in `directory`; return its path."""
+    source = Path(__file__).read_text(encoding="utf-8")
+    target = directory / "standin-claude"
+    target.write_text(f"#!{sys.executable} -IS\n{source}", encoding="utf-8")
+    target.chmod(0o755)
+    return target
+
+
+def _emit(event: dict[str, object]) -> None:
+    sys.stdout.write(json.dumps(event, separators=(",", ":")) + "\n")
+    sys.stdout.flush()
+
+
+def _assistant(session_id: str, text: str) -> dict[str, object]:
+    return {
+        "type": "assistant",
+        "message": {
+            "id": "msg_bench",
+            "type": "message",
+            "role": "assistant",
+            "model": MODEL,
+            "content": [{"type": "text", "text": text}],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {"input_tokens": 10, "output_tokens": 1},
+        },
+        "parent_tool_use_id": None,
+        "session_id": session_id,
+        "uuid": str(uuid.uuid4()),
+    }
+
+
+def _print_bytes(session_id: str, total: int) -> None:
+    printed = 0
+    while printed < total:
+        line = json.dumps(_assistant(session_id, "x" * min(_CHUNK, total - printed)))
+        sys.stdout.write(line + "\n")
+        printed += len(line) + 1
+    sys.stdout.flush()
+
+
+def _stream(session_id: str, seconds: float, line_bytes: int, interval: float) -> None:
+    text = "y" * max(line_bytes - 400, 1)  # the event's envelope is about 400 bytes
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        _emit(_assistant(session_id, text))
+        time.sleep(interval)
+
+
+def main(argv: list[str]) -> int:
+    """Run one turn: init, the prompt's directives, a final assistant event and result."""
+    started = time.monotonic()
+    session_id = argv[argv.index("--session-id") + 1] if "--session-id" in argv else "bench"
+    prompt = sys.stdin.read()
+    _emit(
+        {
+            "type": "system",
+            "subtype": "init",
+            "cwd": str(Path.cwd()),
+            "session_id": session_id,
+            "tools": ["Task", "Bash", "Edit", "Read", "Write"],
+            "mcp_servers": [],
+            "model": MODEL,
+            "permissionMode": "bypassPermissions",
+            "apiKeySource": "none",
+            "claude_code_version": "2.1.328",
+            "output_style": "default",
+            "uuid": str(uuid.uuid4()),
+        }
+    )
+    for line in prompt.splitlines():
+        word, *args = line.split() or [""]
+        if word == "@sleep":
+            time.sleep(float(args[0]))
+        elif word == "@print-bytes":
+            _print_bytes(session_id, int(args[0]))
+        elif word == "@stream":
+            _stream(session_id, float(args[0]), int(args[1]), float(args[2]))
+    _emit(_assistant(session_id, "bench ok"))
+    duration_ms = int((time.monotonic() - started) * 1000)
+    _emit(
+        {
+            "type": "result",
+            "subtype": "success",
+            "is_error": False,
+            "api_error_status": None,
+            "duration_ms": duration_ms,
+            "duration_api_ms": 0,
+            "num_turns": 1,
+            "result": "bench ok",
+            "stop_reason": "end_turn",
+            "session_id": session_id,
+            "total_cost_usd": 0.00007,
+            "usage": {"input_tokens": 10, "output_tokens": 5},
+            "permission_denials": [],
+            "terminal_reason": "completed",
+            "uuid": str(uuid.uuid4()),
+        }
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
