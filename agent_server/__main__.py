@@ -15,7 +15,7 @@ import uvicorn
 from agent_server.config import Settings
 from agent_server.errors import ConfigError
 from agent_server.execution.registry import Registry
-from agent_server.models import CredentialStatus, DriftRowModel
+from agent_server.models import CredentialStatus, DriftRow
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -150,7 +150,7 @@ def format_status(status: CredentialStatus) -> str:
     return "\n".join(lines)
 
 
-def _drift_table(rows: list[DriftRowModel]) -> list[str]:
+def _drift_table(rows: list[DriftRow]) -> list[str]:
     """Names only: where each variable is, and where the spawn takes it from."""
     header = ("KEY", ".ENV", "PROCESS", "EQUAL", "SPAWN")
     table = [header]

@@ -128,7 +128,7 @@ class CredentialFiles(BaseModel):
     override_file: OverrideFileStatus
 
 
-class EffectiveAuthModel(BaseModel):
+class EffectiveAuth(BaseModel):
     """The credential the next spawn authenticates with."""
 
     variable: str
@@ -137,7 +137,7 @@ class EffectiveAuthModel(BaseModel):
     conflicts: list[str]
 
 
-class DriftRowModel(BaseModel):
+class DriftRow(BaseModel):
     """One name's presence across `.env`, the process env and the spawn env."""
 
     key: str
@@ -159,8 +159,8 @@ class CredentialStatus(BaseModel):
     auth_mode: str
     guard_armed: bool
     files: CredentialFiles
-    effective_auth: EffectiveAuthModel | None
-    env_drift: list[DriftRowModel]
+    effective_auth: EffectiveAuth | None
+    env_drift: list[DriftRow]
 
 
 # --- health (SPEC 8) ----------------------------------------------------------------

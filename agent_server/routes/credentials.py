@@ -11,8 +11,6 @@ from agent_server.errors import ApiError, RequestInvalid, TokenRequired
 from agent_server.models import (
     CredentialFiles,
     CredentialStatus,
-    DriftRowModel,
-    EffectiveAuthModel,
     OverrideFileStatus,
     ReloadTokenRequest,
     ReloadTokenResponse,
@@ -101,8 +99,8 @@ def build_status(services: Services) -> CredentialStatus:
                 exists=info.exists, mode=info.mode, size=info.size, mtime=info.mtime
             ),
         ),
-        effective_auth=EffectiveAuthModel(**vars(auth)) if auth is not None else None,
-        env_drift=[DriftRowModel(**vars(row)) for row in env_drift(state, dotenv, preview)],
+        effective_auth=auth,
+        env_drift=env_drift(state, dotenv, preview),
     )
 
 

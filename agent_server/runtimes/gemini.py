@@ -19,7 +19,7 @@ from typing import Any
 
 from agent_server.execution.stream import TurnStream
 from agent_server.runtimes.base import StreamParser, TurnSpec
-from agent_server.runtimes.claude_code import (
+from agent_server.runtimes.events import (
     MAX_ASSISTANT_TEXT_CHARS,
     add_error_text,
     as_float,

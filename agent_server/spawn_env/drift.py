@@ -7,9 +7,9 @@ fingerprints of credentials only, never a value (SPEC 4, credential status).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from agent_server.credentials.state import CredentialState, fingerprint
+from agent_server.models import DriftRow, EffectiveAuth
 from agent_server.spawn_env.layers import (
     API_KEY,
     AUTH_TOKEN,
@@ -17,36 +17,12 @@ from agent_server.spawn_env.layers import (
     CLAUDE_CREDENTIALS,
     CLAUDE_OAUTH,
     PROVIDER_SWITCHES,
-    Layer,
     SpawnEnv,
     build_spawn_env,
     is_credential_name,
 )
 
 _TRUTHY = ("1", "true", "yes", "on")
-
-
-@dataclass(frozen=True)
-class EffectiveAuth:
-    """The credential the CLI will use, following its own precedence (shared/fixtures)."""
-
-    variable: str
-    layer: Layer
-    fingerprint: str | None
-    conflicts: list[str]
-
-
-@dataclass(frozen=True)
-class DriftRow:
-    """How one name differs between `.env`, the process env and the spawn env."""
-
-    key: str
-    in_file: bool
-    in_process_env: bool
-    equal: bool | None
-    overridden_for_spawn: bool
-    suppressed_for_spawn: bool
-    spawn_source: Layer | None
 
 
 def effective_auth(spawn: SpawnEnv) -> EffectiveAuth | None:
@@ -56,11 +32,21 @@ def effective_auth(spawn: SpawnEnv) -> EffectiveAuth | None:
     switches = [name for name in PROVIDER_SWITCHES if env.get(name, "").lower() in _TRUTHY]
     if switches:
         chosen = switches[0]
-        return EffectiveAuth(chosen, spawn.sources[chosen], None, switches[1:] + carried)
+        return EffectiveAuth(
+            variable=chosen,
+            layer=spawn.sources[chosen],
+            fingerprint=None,
+            conflicts=switches[1:] + carried,
+        )
     if not carried:
         return None
     chosen = carried[0]
-    return EffectiveAuth(chosen, spawn.sources[chosen], fingerprint(env[chosen]), carried[1:])
+    return EffectiveAuth(
+        variable=chosen,
+        layer=spawn.sources[chosen],
+        fingerprint=fingerprint(env[chosen]),
+        conflicts=carried[1:],
+    )
 
 
 def auth_mode(auth: EffectiveAuth | None) -> str:

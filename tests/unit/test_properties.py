@@ -19,7 +19,6 @@ from hypothesis import strategies as st
 from pydantic import SecretStr
 
 from agent_server.credentials.state import CredentialState
-from agent_server.models import DriftRowModel, EffectiveAuthModel
 from agent_server.spawn_env.drift import effective_auth, env_drift, spawn_preview
 from agent_server.spawn_env.layers import (
     Overrides,
@@ -181,12 +180,8 @@ def test_the_drift_report_shows_names_never_values(
     auth = effective_auth(preview)
     report = json.dumps(
         {
-            "env_drift": [
-                DriftRowModel(**vars(row)).model_dump() for row in env_drift(state, dotenv, preview)
-            ],
-            "effective_auth": (
-                EffectiveAuthModel(**vars(auth)).model_dump() if auth is not None else None
-            ),
+            "env_drift": [row.model_dump() for row in env_drift(state, dotenv, preview)],
+            "effective_auth": (auth.model_dump() if auth is not None else None),
         },
         ensure_ascii=False,
     )

@@ -15,8 +15,8 @@ from agent_server.credentials.state import fingerprint
 from agent_server.models import (
     CredentialFiles,
     CredentialStatus,
-    DriftRowModel,
-    EffectiveAuthModel,
+    DriftRow,
+    EffectiveAuth,
     OverrideFileStatus,
 )
 from tests.conftest import SecretRegistry
@@ -123,7 +123,7 @@ def test_status_refuses_a_bad_setting_in_one_line(environ: dict[str, str]) -> No
     assert len(done.stderr.strip().splitlines()) == 1
 
 
-def _row(key: str, **facts: Any) -> DriftRowModel:
+def _row(key: str, **facts: Any) -> DriftRow:
     base: dict[str, Any] = {
         "in_file": False,
         "in_process_env": False,
@@ -132,10 +132,10 @@ def _row(key: str, **facts: Any) -> DriftRowModel:
         "suppressed_for_spawn": False,
         "spawn_source": None,
     }
-    return DriftRowModel(key=key, **{**base, **facts})
+    return DriftRow(key=key, **{**base, **facts})
 
 
-def _summary(effective: EffectiveAuthModel | None, rows: list[DriftRowModel], armed: bool) -> str:
+def _summary(effective: EffectiveAuth | None, rows: list[DriftRow], armed: bool) -> str:
     return format_status(
         CredentialStatus(
             agent_name="a",
@@ -162,7 +162,7 @@ def test_summary_without_any_credential_says_so() -> None:
 
 def test_summary_names_conflicts_and_a_replaced_env_value() -> None:
     """Conflicting credentials are listed; a .env value an override replaces is called shadowed."""
-    effective = EffectiveAuthModel(
+    effective = EffectiveAuth(
         variable="ANTHROPIC_API_KEY",
         layer="env_file",
         fingerprint="sha256:0123456789ab",
