@@ -16,7 +16,7 @@ from agent_server import __version__
 from agent_server.auth import ControllerAuth
 from agent_server.config import Settings
 from agent_server.errors import ApiError, RequestInvalid
-from agent_server.execution.runner import enable_child_subreaper
+from agent_server.execution.runner import enable_child_subreaper, use_pidfd_child_watcher
 from agent_server.models import (
     ChatRequest,
     CredentialStatus,
@@ -126,6 +126,7 @@ def create_app(settings: Settings, services: Services | None = None) -> Starlett
         # Adopt orphaned grandchildren of the CLI so the runner can reap them even
         # when PID 1 of the container does not (no tini, server not exec'd).
         enable_child_subreaper()
+        use_pidfd_child_watcher()
         logger.info(
             "agent-server serving runtime %s for agent %s", settings.runtime, settings.agent_name
         )

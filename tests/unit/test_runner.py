@@ -8,6 +8,7 @@ import shutil
 import signal
 import sys
 import textwrap
+import threading
 import time
 import tracemalloc
 from collections.abc import Callable, Mapping
@@ -17,7 +18,12 @@ from typing import Any
 import anyio
 import pytest
 
-from agent_server.execution.runner import ProcessResult, enable_child_subreaper, run_process
+from agent_server.execution.runner import (
+    ProcessResult,
+    enable_child_subreaper,
+    run_process,
+    use_pidfd_child_watcher,
+)
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
 
@@ -334,3 +340,34 @@ async def test_stderr_keeps_a_bounded_tail() -> None:
     )
     assert result.facts.stderr.endswith("\ufffdEND")
     assert result.facts.stderr == "e" * 996 + "\ufffdEND"
+
+
+def _waitpid_threads_while_a_child_runs(*, pidfd: bool) -> tuple[set[str], ProcessResult]:
+    """Thread names seen while a child runs (asyncio's threaded watcher names its own)."""
+    previous = asyncio.get_child_watcher()
+    seen: set[str] = set()
+
+    async def one_turn() -> ProcessResult:
+        if pidfd:
+            assert use_pidfd_child_watcher()
+        result, _ = await run(
+            python("import sys; sys.exit(3)"),
+            on_spawn=lambda _pid: seen.update(t.name for t in threading.enumerate()),
+        )
+        return result
+
+    try:
+        result = asyncio.run(one_turn())
+    finally:
+        asyncio.set_child_watcher(previous)
+    return {name for name in seen if name.startswith("asyncio-waitpid")}, result
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="3.12+ chooses the pidfd watcher itself")
+def test_the_pidfd_watcher_spawns_without_a_thread_per_child() -> None:
+    """The default watcher starts a waitpid thread per child; the pidfd one starts none."""
+    threaded, _ = _waitpid_threads_while_a_child_runs(pidfd=False)
+    with_pidfd, result = _waitpid_threads_while_a_child_runs(pidfd=True)
+    assert threaded  # the baseline this test would otherwise not prove anything against
+    assert with_pidfd == set()
+    assert result.facts.exit_code == 3
