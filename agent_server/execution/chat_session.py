@@ -7,7 +7,6 @@ change, so every chat turn `--resume`s the same conversation.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import re
 from pathlib import Path
@@ -42,8 +41,3 @@ class ChatSession:
             write_secret_file(self.path, session_id)
         except OSError as exc:
             logger.error("could not keep the chat session id in %s: %s", self.path, exc)
-
-    def forget(self) -> None:
-        """Drop the session id (the next chat turn starts a new session)."""
-        with contextlib.suppress(OSError):
-            self.path.unlink()
