@@ -19,7 +19,6 @@ Directives, one a line in the prompt, run in order (see tests/support/README.md)
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import shutil
@@ -30,6 +29,8 @@ import time
 import uuid
 from pathlib import Path
 from typing import Any, NoReturn
+
+from tests.support.fake_cli import die, directives, fingerprint, write_event
 
 VERSION = "2.1.328"
 DEFAULT_MODEL = "claude-sonnet-5-5"
@@ -50,11 +51,6 @@ FIXTURE_DIRS = (
     _HERE / "../fixtures/claude-code-2.1.328-captured",
 )
 _CHUNK = 64 * 1024
-
-
-def fingerprint(value: str) -> str:
-    """Return the first 12 hex digits of the sha256 of ``value``."""
-    return hashlib.sha256(value.encode()).hexdigest()[:12]
 
 
 def served_by(env: dict[str, str]) -> str | None:
@@ -87,22 +83,10 @@ def parse_argv(argv: list[str]) -> argparse.Namespace:
     try:
         args, unknown = parser.parse_known_args(argv)
     except argparse.ArgumentError as exc:
-        _die(f"error: {exc}")
+        die(f"error: {exc}")
     if unknown:
-        _die(f"error: unknown option '{unknown[0]}'")
+        die(f"error: unknown option '{unknown[0]}'")
     return args
-
-
-def _die(message: str, code: int = 1) -> NoReturn:
-    sys.stderr.write(message + "\n")
-    sys.stderr.flush()
-    sys.exit(code)
-
-
-def emit(event: dict[str, Any]) -> None:
-    """Print one stream-json event and flush, as the real CLI does line by line."""
-    sys.stdout.write(json.dumps(event, separators=(",", ":")) + "\n")
-    sys.stdout.flush()
 
 
 def find_fixture(name: str) -> Path:
@@ -111,7 +95,7 @@ def find_fixture(name: str) -> Path:
         candidate = folder / f"{name}.stdout.jsonl"
         if candidate.is_file():
             return candidate
-    _die(f"fake-claude: no fixture named {name!r} in {[str(d) for d in FIXTURE_DIRS]}", 2)
+    die(f"fake-claude: no fixture named {name!r} in {[str(d) for d in FIXTURE_DIRS]}", 2)
 
 
 class Turn:
@@ -223,7 +207,7 @@ class Turn:
     def unknown_session(self) -> NoReturn:
         """Behave like 2.1.328 given ``--resume <unknown uuid>``: one error result, exit 1."""
         message = f"No conversation found with session ID: {self.args.resume}"
-        emit(
+        write_event(
             {
                 "type": "result",
                 "subtype": "error_during_execution",
@@ -242,7 +226,7 @@ class Turn:
                 "result_index": 0,
             }
         )
-        _die(message)
+        die(message)
 
     def replay(self, name: str) -> NoReturn:
         """Print a fixture's stdout (session ids rewritten to ours) and stderr; exit its code."""
@@ -256,7 +240,7 @@ class Turn:
                 event = json.loads(line)
                 if "session_id" in event:
                     event["session_id"] = self.session_id
-                emit(event)
+                write_event(event)
         stderr_path = stdout_path.parent / f"{base}.stderr.txt"
         if stderr_path.is_file():
             sys.stderr.write(stderr_path.read_text())
@@ -283,27 +267,16 @@ def spawn_grandchild(seconds: float, inherit_output: bool) -> int:
     return child.pid
 
 
-def directives(prompt: str) -> list[tuple[str, str]]:
-    """Return the ``@name arg`` lines of the prompt, in order."""
-    found = []
-    for raw in prompt.splitlines():
-        line = raw.strip()
-        if line.startswith("@") and len(line) > 1:
-            name, _, arg = line[1:].partition(" ")
-            found.append((name, arg.strip()))
-    return found
-
-
 def run(turn: Turn) -> int:
     """Run the prompt's directives in order, then answer with the report; return the exit code."""
     steps = directives(turn.prompt)
     names = {name for name, _ in steps}
     if "root-refusal" in names:
-        _die(ROOT_REFUSAL)
+        die(ROOT_REFUSAL)
     if "unknown-session" in names and turn.args.resume:
         turn.unknown_session()
     if "scenario" not in names:  # a replayed fixture brings its own init event
-        emit(turn.init_event())
+        write_event(turn.init_event())
     for name, arg in steps:
         match name:
             case "scenario":
@@ -313,11 +286,11 @@ def run(turn: Turn) -> int:
             case "spawn-grandchild":
                 seconds, _, mode = arg.partition(" ")
                 pid = spawn_grandchild(float(seconds or 60), mode.strip() == "inherit")
-                emit({"type": "system", "subtype": "fake_grandchild", "pid": pid})
+                write_event({"type": "system", "subtype": "fake_grandchild", "pid": pid})
             case "print-bytes":
                 turn.print_bytes(int(arg))
             case "echo-env":
-                emit(turn.assistant(turn.env.get(arg, "<unset>")))
+                write_event(turn.assistant(turn.env.get(arg, "<unset>")))
             case "stderr":
                 sys.stderr.write(arg + "\n")
                 sys.stderr.flush()
@@ -332,8 +305,8 @@ def run(turn: Turn) -> int:
             case _:
                 pass  # "unknown-session" without --resume, or prose that starts with "@"
     text = json.dumps(turn.report(), sort_keys=True)
-    emit(turn.assistant(text))
-    emit(turn.result(text))
+    write_event(turn.assistant(text))
+    write_event(turn.result(text))
     return 0
 
 

@@ -25,13 +25,14 @@ Directives, one a line in the prompt, run in order:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sys
 import time
 import uuid
-from typing import Any, NoReturn
+from typing import Any
+
+from tests.support.fake_cli import die, directives, fingerprint, write_event
 
 DEFAULT_MODEL = "gpt-5-codex"
 CREDENTIAL_NAMES = (
@@ -57,27 +58,10 @@ UNAUTHORIZED = (
 STREAM_ERROR = "stream disconnected before completion: unexpected status 500 Internal Server Error"
 
 
-def fingerprint(value: str) -> str:
-    """Return the first 12 hex digits of the sha256 of ``value``."""
-    return hashlib.sha256(value.encode()).hexdigest()[:12]
-
-
-def _die(message: str, code: int = 2) -> NoReturn:
-    sys.stderr.write(message + "\n")
-    sys.stderr.flush()
-    sys.exit(code)
-
-
-def emit(event: dict[str, Any]) -> None:
-    """Print one JSONL event and flush."""
-    sys.stdout.write(json.dumps(event, separators=(",", ":")) + "\n")
-    sys.stdout.flush()
-
-
 def parse_argv(argv: list[str]) -> dict[str, Any]:
     """Parse ``exec --json [--model m] [--skip-git-repo-check] [resume <id>] -`` like clap."""
     if not argv or argv[0] != "exec":
-        _die("error: this fake only implements `codex exec`")
+        die("error: this fake only implements `codex exec`", 2)
     parsed: dict[str, Any] = {"json": False, "model": None, "resume": None, "stdin": False}
     rest = argv[1:]
     index = 0
@@ -87,45 +71,35 @@ def parse_argv(argv: list[str]) -> dict[str, Any]:
             parsed["json"] = True
         elif arg in ("--model", "-m"):
             if index + 1 >= len(rest):
-                _die(f"error: a value is required for '{arg} <MODEL>' but none was supplied")
+                die(f"error: a value is required for '{arg} <MODEL>' but none was supplied", 2)
             index += 1
             parsed["model"] = rest[index]
         elif arg == "--skip-git-repo-check":
             pass
         elif arg == "resume":
             if index + 1 >= len(rest) or rest[index + 1] == "-":
-                _die("error: `resume` needs a session id (or --last)")
+                die("error: `resume` needs a session id (or --last)", 2)
             index += 1
             parsed["resume"] = rest[index]
         elif arg == "-":
             parsed["stdin"] = True
         else:
-            _die(
-                f"error: unexpected argument '{arg}' found\n\nUsage: codex exec [OPTIONS] [PROMPT]"
+            die(
+                f"error: unexpected argument '{arg}' found\n\nUsage: codex exec [OPTIONS] [PROMPT]",
+                2,
             )
         index += 1
     if not parsed["json"]:
-        _die("error: this fake only speaks --json")
+        die("error: this fake only speaks --json", 2)
     if not parsed["stdin"]:
-        _die("error: the prompt must come from stdin (`-`)")
+        die("error: the prompt must come from stdin (`-`)", 2)
     return parsed
-
-
-def directives(prompt: str) -> list[tuple[str, str]]:
-    """Return the ``@name arg`` lines of the prompt, in order."""
-    found = []
-    for raw in prompt.splitlines():
-        line = raw.strip()
-        if line.startswith("@") and len(line) > 1:
-            name, _, arg = line[1:].partition(" ")
-            found.append((name, arg.strip()))
-    return found
 
 
 def failed(message: str) -> int:
     """A turn that fails with ``message``: the error event, then turn.failed; exit 1."""
-    emit({"type": "error", "message": message})
-    emit({"type": "turn.failed", "error": {"message": message}})
+    write_event({"type": "error", "message": message})
+    write_event({"type": "turn.failed", "error": {"message": message}})
     return 1
 
 
@@ -133,8 +107,8 @@ def run(argv: list[str], env: dict[str, str], prompt: str) -> int:
     """Play one ``codex exec --json`` turn; return the exit code."""
     args = parse_argv(argv)
     thread_id = args["resume"] or str(uuid.uuid4())
-    emit({"type": "thread.started", "thread_id": thread_id})
-    emit({"type": "turn.started"})
+    write_event({"type": "thread.started", "thread_id": thread_id})
+    write_event({"type": "turn.started"})
     for name, arg in directives(prompt):
         match name:
             case "usage-limit":
@@ -144,10 +118,12 @@ def run(argv: list[str], env: dict[str, str], prompt: str) -> int:
             case "stream-error":
                 return failed(STREAM_ERROR)
             case "unauthorized":
-                emit({"type": "error", "message": "Reconnecting... 1/5"})
-                _die(UNAUTHORIZED, 1)
+                write_event({"type": "error", "message": "Reconnecting... 1/5"})
+                die(UNAUTHORIZED, 1)
             case "reconnect":
-                emit({"type": "error", "message": f"Reconnecting... 1/5 ({STREAM_ERROR[:40]} 503)"})
+                write_event(
+                    {"type": "error", "message": f"Reconnecting... 1/5 ({STREAM_ERROR[:40]} 503)"}
+                )
             case "stderr":
                 sys.stderr.write(arg + "\n")
                 sys.stderr.flush()
@@ -167,11 +143,13 @@ def run(argv: list[str], env: dict[str, str], prompt: str) -> int:
         "prompt": prompt,
     }
     text = json.dumps(report, sort_keys=True)
-    emit({"type": "item.completed", "item": {"id": "item_0", "type": "reasoning", "text": "ok"}})
-    emit(
+    write_event(
+        {"type": "item.completed", "item": {"id": "item_0", "type": "reasoning", "text": "ok"}}
+    )
+    write_event(
         {"type": "item.completed", "item": {"id": "item_1", "type": "agent_message", "text": text}}
     )
-    emit(
+    write_event(
         {
             "type": "turn.completed",
             "usage": {"input_tokens": 120, "cached_input_tokens": 0, "output_tokens": 7},

@@ -23,14 +23,15 @@ Directives, one a line in the prompt, run in order:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sys
 import time
 import uuid
 from datetime import UTC, datetime
-from typing import Any, NoReturn
+from typing import Any
+
+from tests.support.fake_cli import die, directives, fingerprint, write_event
 
 DEFAULT_MODEL = "gemini-2.5-pro"
 CREDENTIAL_NAMES = (
@@ -53,17 +54,6 @@ EXIT_TEXTS = {
 }
 
 
-def fingerprint(value: str) -> str:
-    """Return the first 12 hex digits of the sha256 of ``value``."""
-    return hashlib.sha256(value.encode()).hexdigest()[:12]
-
-
-def _die(message: str, code: int = 1) -> NoReturn:
-    sys.stderr.write(message + "\n")
-    sys.stderr.flush()
-    sys.exit(code)
-
-
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
@@ -71,8 +61,7 @@ def _now() -> str:
 def emit(event: dict[str, Any]) -> None:
     """Print one stream-json event (with a timestamp) and flush."""
     event = {"type": event["type"], "timestamp": _now(), **event}
-    sys.stdout.write(json.dumps(event, separators=(",", ":")) + "\n")
-    sys.stdout.flush()
+    write_event(event)
 
 
 def error_body(code: int, message: str, status: str) -> str:
@@ -88,29 +77,18 @@ def parse_argv(argv: list[str]) -> dict[str, Any]:
         arg = argv[index]
         if arg in ("--output-format", "-o", "--model", "-m"):
             if index + 1 >= len(argv):
-                _die(f"Not enough arguments following: {arg.lstrip('-')}")
+                die(f"Not enough arguments following: {arg.lstrip('-')}")
             index += 1
             key = "format" if arg in ("--output-format", "-o") else "model"
             parsed[key] = argv[index]
         elif arg in ("--yolo", "-y"):
             parsed["yolo"] = True
         else:
-            _die(f"Unknown argument: {arg.lstrip('-')}")
+            die(f"Unknown argument: {arg.lstrip('-')}")
         index += 1
     if parsed["format"] != "stream-json":
-        _die("this fake only speaks --output-format stream-json")
+        die("this fake only speaks --output-format stream-json")
     return parsed
-
-
-def directives(prompt: str) -> list[tuple[str, str]]:
-    """Return the ``@name arg`` lines of the prompt, in order."""
-    found = []
-    for raw in prompt.splitlines():
-        line = raw.strip()
-        if line.startswith("@") and len(line) > 1:
-            name, _, arg = line[1:].partition(" ")
-            found.append((name, arg.strip()))
-    return found
 
 
 def api_failure(code: int, message: str, status: str, started: float) -> int:
@@ -152,7 +130,7 @@ def run(argv: list[str], env: dict[str, str], prompt: str) -> int:
             "Error when talking to Gemini API Full report available at: "
             "/tmp/gemini-client-error-Turn.run-sendMessageStream.json\n"
         )
-        _die(error_body(400, KEY_INVALID, "INVALID_ARGUMENT"))
+        die(error_body(400, KEY_INVALID, "INVALID_ARGUMENT"))
     model = args["model"] or DEFAULT_MODEL
     emit({"type": "init", "session_id": str(uuid.uuid4()), "model": model})
     emit({"type": "message", "role": "user", "content": prompt})
