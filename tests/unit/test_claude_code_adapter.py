@@ -6,9 +6,11 @@ import json
 
 import pytest
 
+from agent_server.execution.stream import TurnStream
 from agent_server.runtimes.base import RuntimeAdapter, TurnSpec
 from agent_server.runtimes.claude_code import ClaudeCodeAdapter, ClaudeStreamParser
-from tests.unit.test_outcome import FIXTURES, load_fixture
+from tests.support.transcripts import SHARED_FIXTURES as FIXTURES
+from tests.support.transcripts import load_scenario
 
 BASE = [
     "claude", "--print", "--output-format", "stream-json", "--verbose",
@@ -78,7 +80,7 @@ def test_adapter_satisfies_the_protocol() -> None:
 
 def test_success_transcript_fields() -> None:
     """init, prose and result land in their TurnStream fields."""
-    stream, _ = load_fixture("success_oauth")
+    stream = _load("success_oauth")
     assert stream.session_id == "16d7b3f9-9c78-4070-9928-7e2080b293e5"
     assert (stream.model, stream.permission_mode, stream.api_key_source) == (
         "claude-sonnet-5-5", "default", "none"
@@ -96,13 +98,13 @@ def test_success_transcript_fields() -> None:
 
 def test_api_key_source_is_reported() -> None:
     """The CLI's own view of the credential it used is kept."""
-    stream, _ = load_fixture("shadow_api_key_beats_oauth")
+    stream = _load("shadow_api_key_beats_oauth")
     assert stream.api_key_source == "ANTHROPIC_API_KEY"
 
 
 def test_rate_limit_transcript_fields() -> None:
     """The rejection, the API-error message and the error result are all captured."""
-    stream, _ = load_fixture("rate_limit_five_hour_oauth")
+    stream = _load("rate_limit_five_hour_oauth")
     assert stream.error_codes == ["rate_limit"]
     assert (stream.api_error_status, stream.api_error, stream.api_error_type) == (
         429, "usage_limit_reached", "rate_limit_error"
@@ -118,7 +120,7 @@ def test_rate_limit_transcript_fields() -> None:
 
 def test_retries_are_recorded() -> None:
     """api_retry events are kept with their status and reason."""
-    stream, _ = load_fixture("auth_oauth_401")
+    stream = _load("auth_oauth_401")
     assert [(r["error_status"], r["error"]) for r in stream.api_retries] == [
         (401, "authentication_failed"),
         (401, "authentication_failed"),
@@ -127,10 +129,10 @@ def test_retries_are_recorded() -> None:
 
 def test_a_null_status_on_the_result_keeps_the_assistant_facts() -> None:
     """`api_error_status: null` on the result never erases what came before."""
-    stream, _ = load_fixture("not_logged_in")
+    stream = _load("not_logged_in")
     assert stream.api_error_status is None
     assert stream.error_codes == ["authentication_failed"]
-    stream, _ = load_fixture("model_not_found")
+    stream = _load("model_not_found")
     assert stream.api_error_status == 404
 
 
@@ -197,3 +199,8 @@ def test_memory_stays_bounded() -> None:
     assert len(stream.error_texts) <= 32
     assert all(len(text) <= 4096 for text in stream.error_texts)
     assert len(stream.api_retries) <= 64
+
+
+def _load(name: str) -> TurnStream:
+    """A shared fixture's stream, parsed by the Claude parser."""
+    return load_scenario(FIXTURES, name, ClaudeStreamParser())[0]

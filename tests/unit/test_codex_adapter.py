@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
 
@@ -11,20 +10,18 @@ from agent_server.execution.outcome import OutcomeKind, classify_outcome
 from agent_server.execution.stream import ProcessFacts, TurnStream
 from agent_server.runtimes.base import RuntimeAdapter, TurnSpec
 from agent_server.runtimes.codex import CodexAdapter, CodexStreamParser
+from tests.support.transcripts import SAMPLES, replay, stderr_beside
 
-SAMPLES = Path(__file__).resolve().parents[1] / "fixtures" / "codex"
+CODEX = SAMPLES / "codex"
 NOW = datetime(2025, 11, 30, 7, 51, tzinfo=UTC)
 
 
 def parse_sample(name: str) -> tuple[TurnStream, list[bool]]:
-    parser = CodexStreamParser()
-    finals = [parser.feed(line) for line in (SAMPLES / f"{name}.jsonl").read_bytes().splitlines()]
-    return parser.stream, finals
+    return replay(CodexStreamParser(), CODEX / f"{name}.jsonl")
 
 
 def stderr_of(name: str) -> str:
-    path = SAMPLES / f"{name}.stderr.txt"
-    return path.read_text() if path.exists() else ""
+    return stderr_beside(CODEX / f"{name}.jsonl")
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 
@@ -11,15 +10,14 @@ from agent_server.execution.outcome import OutcomeKind, classify_outcome
 from agent_server.execution.stream import ProcessFacts, TurnStream
 from agent_server.runtimes.base import RuntimeAdapter, TurnSpec
 from agent_server.runtimes.gemini import GeminiAdapter, GeminiStreamParser, error_body_facts
+from tests.support.transcripts import SAMPLES, replay, stderr_beside
 
-SAMPLES = Path(__file__).resolve().parents[1] / "fixtures" / "gemini"
+GEMINI = SAMPLES / "gemini"
 NOW = datetime(2025, 11, 30, 7, 51, tzinfo=UTC)
 
 
 def parse_sample(name: str) -> tuple[TurnStream, list[bool]]:
-    parser = GeminiStreamParser()
-    finals = [parser.feed(line) for line in (SAMPLES / f"{name}.jsonl").read_bytes().splitlines()]
-    return parser.stream, finals
+    return replay(GeminiStreamParser(), GEMINI / f"{name}.jsonl")
 
 
 @pytest.mark.parametrize(
@@ -124,7 +122,7 @@ def test_classification(
     stream, _ = parse_sample(sample)
     outcome = classify_outcome(
         stream,
-        ProcessFacts(exit_code=exit_code, stderr=(SAMPLES / f"{sample}.stderr.txt").read_text()),
+        ProcessFacts(exit_code=exit_code, stderr=stderr_beside(GEMINI / f"{sample}.jsonl")),
         runtime_label="Gemini CLI",
         expected_permission_mode="bypassPermissions",
         now=NOW,
@@ -135,7 +133,7 @@ def test_classification(
 
 def test_resource_exhausted_on_stderr_alone_is_a_rate_limit() -> None:
     """With no stream at all, the stderr error body is enough for a rate limit."""
-    stderr = (SAMPLES / "resource_exhausted.stderr.txt").read_text()
+    stderr = stderr_beside(GEMINI / "resource_exhausted.jsonl")
     outcome = classify_outcome(
         TurnStream(),
         ProcessFacts(exit_code=1, stderr=stderr),

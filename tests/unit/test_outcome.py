@@ -6,7 +6,6 @@ import dataclasses
 import json
 import re
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,10 +21,9 @@ from agent_server.execution.outcome import (
 )
 from agent_server.execution.stream import ProcessFacts, TurnStream
 from agent_server.runtimes.claude_code import ClaudeStreamParser
+from tests.support.transcripts import SHARED_FIXTURES, load_scenario
 
-FIXTURES = (
-    Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "claude-code-2.1.328"
-)
+FIXTURES = SHARED_FIXTURES
 # The fixtures were captured at 2026-11-30T07:51Z; their resetsAt lies an hour later.
 CAPTURED = datetime(2026, 11, 30, 7, 51, 0, tzinfo=UTC)
 LABEL = "Claude Code"
@@ -57,12 +55,7 @@ def classify(
 
 def load_fixture(name: str) -> tuple[TurnStream, ProcessFacts]:
     """A captured scenario as the runner would hand it to the classifier."""
-    meta = json.loads((FIXTURES / f"{name}.json").read_text())
-    parser = ClaudeStreamParser()
-    for line in (FIXTURES / f"{name}.stdout.jsonl").read_bytes().splitlines():
-        parser.feed(line)
-    stderr = (FIXTURES / f"{name}.stderr.txt").read_text()
-    return parser.stream, ProcessFacts(exit_code=meta["exit_code"], stderr=stderr)
+    return load_scenario(FIXTURES, name, ClaudeStreamParser())
 
 
 def result_line(**fields: Any) -> str:

@@ -1,0 +1,41 @@
+"""Recorded CLI output, fed through a runtime's parser as the runner would feed it.
+
+One loader for the shared Claude Code fixtures, our own real-CLI captures and the
+Codex/Gemini samples, so every table test reads a transcript the same way.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from agent_server.execution.stream import ProcessFacts, TurnStream
+from agent_server.runtimes.base import StreamParser
+
+REPO = Path(__file__).resolve().parents[2]
+SHARED_FIXTURES = REPO.parent / "shared" / "fixtures" / "claude-code-2.1.328"
+CAPTURED_FIXTURES = REPO / "tests" / "fixtures" / "claude-code-2.1.328-captured"
+SAMPLES = REPO / "tests" / "fixtures"
+
+
+def replay(parser: StreamParser, stdout: Path) -> tuple[TurnStream, list[bool]]:
+    """Feed every line of `stdout` to `parser`; return its stream and what `feed` said."""
+    finals = [parser.feed(line) for line in stdout.read_bytes().splitlines()]
+    return parser.stream, finals
+
+
+def stderr_beside(stdout: Path) -> str:
+    """The `NAME.stderr.txt` recorded beside `NAME.jsonl` / `NAME.stdout.jsonl`, or ''."""
+    name = stdout.name.removesuffix(".jsonl").removesuffix(".stdout")
+    path = stdout.with_name(f"{name}.stderr.txt")
+    return path.read_text() if path.exists() else ""
+
+
+def load_scenario(
+    directory: Path, name: str, parser: StreamParser
+) -> tuple[TurnStream, ProcessFacts]:
+    """A recorded Claude Code scenario (stdout, stderr, exit code) as the classifier gets it."""
+    meta = json.loads((directory / f"{name}.json").read_text())
+    stdout = directory / f"{name}.stdout.jsonl"
+    stream, _ = replay(parser, stdout)
+    return stream, ProcessFacts(exit_code=meta["exit_code"], stderr=stderr_beside(stdout))
