@@ -2,42 +2,59 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+RUN_STAMP := $(VENV)/.installed-run
+DEV_STAMP := $(VENV)/.installed-dev
 CLAUDE_CODE_VERSION := 2.1.328
 CLAUDE_CACHE := .cache/claude-code-$(CLAUDE_CODE_VERSION)
 CLAUDE_BIN := $(CLAUDE_CACHE)/node_modules/@anthropic-ai/claude-code/bin/claude.exe
 
 .PHONY: run test lint unit bench clean
 
-$(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	touch $(STAMP)
 
-# The real Claude Code CLI, pinned, for the end-to-end tier (no network beyond npm at install).
+# What serving needs: the package and its runtime dependencies only.
+$(RUN_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
+# What testing needs on top: the dev extra (pytest, ruff, mypy, ...).
+$(DEV_STAMP): pyproject.toml $(RUN_STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $@
+
+# The real Claude Code CLI, pinned, from npm (no network beyond npm at install).
 $(CLAUDE_BIN):
 	mkdir -p $(CLAUDE_CACHE)
 	npm install --prefix $(CLAUDE_CACHE) --no-audit --no-fund --loglevel=error \
 		@anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION)
 	test -x $(CLAUDE_BIN)
 
-run: $(STAMP)
-	$(BIN)/agent-server serve
+# Serve on 127.0.0.1:8000. A Claude Code agent with no runtime command of its own (none
+# configured, no `claude` on PATH) gets the pinned CLI, installed here once.
+run: $(RUN_STAMP)
+	@case "$${AGENT_RUNTIME:-claude-code}" in claude|claude-code) claude_runtime=1;; *) claude_runtime=;; esac; \
+	if [ -n "$$claude_runtime" ] && [ -z "$$AGENT_SERVER_RUNTIME_COMMAND" ] && ! command -v claude >/dev/null; then \
+		$(MAKE) --no-print-directory $(CLAUDE_BIN) && \
+		AGENT_SERVER_RUNTIME_COMMAND="$(abspath $(CLAUDE_BIN))" exec $(BIN)/agent-server serve; \
+	else \
+		exec $(BIN)/agent-server serve; \
+	fi
 
-lint: $(STAMP)
+lint: $(DEV_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-unit: $(STAMP)
+unit: $(DEV_STAMP)
 	$(BIN)/pytest tests/unit
 
-test: $(STAMP) $(CLAUDE_BIN) lint
+test: $(DEV_STAMP) $(CLAUDE_BIN) lint
 	AGENT_SERVER_TEST_CLAUDE_BIN=$(abspath $(CLAUDE_BIN)) \
 		$(BIN)/pytest --cov --cov-report=term:skip-covered
 
-bench: $(STAMP)
+bench: $(DEV_STAMP)
 	$(BIN)/python -m bench
 
 clean:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Container entry point (SPEC 3, 9): export the rotated token, then become the server.
+# Container entry point (contract §3, §9): export the rotated token, then become the server.
 # The server is exec'd so it is PID 1's successor and receives SIGTERM directly.
 set -euo pipefail
 

@@ -7,6 +7,7 @@ import asyncio
 import json
 import logging
 import math
+import os
 import sys
 from types import FrameType
 
@@ -15,6 +16,7 @@ import uvicorn
 from agent_server.config import Settings
 from agent_server.errors import ConfigError
 from agent_server.execution.registry import Registry
+from agent_server.logs import choose_log_format
 from agent_server.models import CredentialStatus, DriftRow
 
 
@@ -42,15 +44,17 @@ def _serve() -> int:
     from agent_server.redaction import Redactor
     from agent_server.services import Services
 
-    # Logging first: even a refused setting or a boot crash is one JSON line (SPEC 8).
+    # Logging first: even a refused setting or a boot crash is one log line (contract §8),
+    # in the format asked for when that setting is the one that is wrong.
     redactor = Redactor()
-    configure_logging(redactor)
+    configure_logging(redactor, log_format=_early_log_format())
     logger = logging.getLogger("agent_server")
     try:
         settings = Settings.from_env()
     except ConfigError as exc:
         logger.error("agent-server: %s", exc)
         return 2
+    configure_logging(redactor, log_format=settings.log_format)
     try:
         services = Services.build(settings, redactor)
     except Exception:
@@ -67,6 +71,15 @@ def _serve() -> int:
     )
     _DrainingServer(config, services.registry, settings.shutdown_grace_s).run()
     return 0
+
+
+def _early_log_format() -> str:
+    """The log format before settings are read: a bad value falls back to the default."""
+    isatty = sys.stderr.isatty()
+    try:
+        return choose_log_format(os.environ.get("AGENT_SERVER_LOG_FORMAT"), isatty=isatty)
+    except ValueError:
+        return choose_log_format(None, isatty=isatty)
 
 
 class _DrainingServer(uvicorn.Server):
@@ -102,7 +115,7 @@ def _status(settings: Settings, *, as_json: bool) -> int:
 
     redactor = Redactor()
     # Only problems reach stderr (as redacted JSON); stdout is the status itself.
-    configure_logging(redactor, logging.WARNING)
+    configure_logging(redactor, logging.WARNING, settings.log_format)
     status = build_status(Services.build(settings, redactor, serving=False))
     if as_json:
         print(json.dumps(status.model_dump(), indent=2))

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
+from pydantic import BaseModel
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -15,11 +16,19 @@ from starlette.routing import Route
 from agent_server import __version__
 from agent_server.auth import ControllerAuth
 from agent_server.config import Settings
-from agent_server.errors import ApiError, RequestInvalid
+from agent_server.errors import (
+    HTTP_ERROR_CODES,
+    OTHER_HTTP_ERROR,
+    ApiError,
+    RequestInvalid,
+    api_error_codes,
+)
+from agent_server.execution.outcome import ERROR_CODES, ERROR_STATUSES
 from agent_server.execution.runner import enable_child_subreaper, use_pidfd_child_watcher
 from agent_server.models import (
     ChatRequest,
     CredentialStatus,
+    ErrorDetail,
     ErrorResponse,
     Health,
     ParallelTaskRequest,
@@ -28,6 +37,7 @@ from agent_server.models import (
     RunningExecutions,
     TerminateResponse,
     TurnError,
+    TurnErrorDetail,
     TurnResponse,
     ValidationFailed,
 )
@@ -37,20 +47,20 @@ from agent_server.services import Services
 
 logger = logging.getLogger("agent_server.app")
 
-_HTTP_ERROR_CODES = {404: "not_found", 405: "method_not_allowed"}
-
 _TURN_ANSWERS: dict[int, Answer] = {
     200: TurnResponse,
-    400: TurnError,
-    402: TurnError,
     409: ErrorResponse,
-    422: (ValidationFailed, TurnError),
-    429: TurnError,
-    500: TurnError,
-    502: TurnError,
-    503: TurnError,
-    504: TurnError,
+    422: ValidationFailed,
 }
+# Every status of the outcome table answers a turn error (422 also a validation error).
+for _status in sorted(ERROR_STATUSES):
+    _TURN_ANSWERS[_status] = (ValidationFailed, TurnError) if _status == 422 else TurnError
+
+
+async def _openapi(request: Request) -> Response:
+    """The contract of this server (OpenAPI 3.1), generated from the pydantic models."""
+    return JSONResponse(request.app.state.openapi)
+
 
 ENDPOINTS = (
     Endpoint("GET", "/health", health.health, "Liveness and readiness", None, {200: Health}, True),
@@ -113,8 +123,14 @@ ENDPOINTS = (
         None,
         {200: TerminateResponse, 404: ErrorResponse},
     ),
+    Endpoint("GET", "/openapi.json", _openapi, "This contract, as OpenAPI 3.1", None, {200: None}),
 )
-"""Every route but /openapi.json, with its schemas: the routes table and the contract."""
+"""Every route with its schemas: the routes table and the contract."""
+ERROR_CODES_BY_MODEL: dict[type[BaseModel], Sequence[str]] = {
+    ErrorDetail: api_error_codes(),
+    TurnErrorDetail: ERROR_CODES,
+}
+"""The error_code values each error body can carry (the OpenAPI enums)."""
 
 
 def create_app(settings: Settings, services: Services | None = None) -> Starlette:
@@ -133,14 +149,7 @@ def create_app(settings: Settings, services: Services | None = None) -> Starlett
         yield
         await services.registry.drain(settings.shutdown_grace_s)
 
-    document = openapi_document(ENDPOINTS, title="agent-server", version=__version__)
-
-    async def openapi(request: Request) -> Response:
-        """The contract of this server (OpenAPI 3.1), generated from the pydantic models."""
-        return JSONResponse(document)
-
     routes = [Route(e.path, e.handler, methods=[e.method]) for e in ENDPOINTS]
-    routes.append(Route("/openapi.json", openapi, methods=["GET"]))
     app = Starlette(
         routes=routes,
         lifespan=lifespan,
@@ -152,6 +161,9 @@ def create_app(settings: Settings, services: Services | None = None) -> Starlett
         },
     )
     app.state.services = services
+    app.state.openapi = openapi_document(
+        ENDPOINTS, title="agent-server", version=__version__, error_codes=ERROR_CODES_BY_MODEL
+    )
     app.add_middleware(ControllerAuth, token=services.controller_token)
     return app
 
@@ -176,7 +188,7 @@ async def _request_invalid(request: Request, exc: Exception) -> Response:
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)  # noqa: S101 - registered for HTTPException only
-    code = _HTTP_ERROR_CODES.get(exc.status_code, "http_error")
+    code = HTTP_ERROR_CODES.get(exc.status_code, OTHER_HTTP_ERROR)
     return JSONResponse(
         {"detail": {"message": str(exc.detail), "error_code": code}},
         status_code=exc.status_code,

@@ -1,4 +1,4 @@
-"""Controller authentication (SPEC 2): one shared token, compared in constant time.
+"""Controller authentication (contract §2): one shared token, compared in constant time.
 
 Fail closed: with no token configured and no explicit `AGENT_SERVER_INSECURE_NO_AUTH=1`,
 `resolve_controller_token` generates one and writes it to a 0600 file whose path

@@ -1,4 +1,4 @@
-"""Settings, read once from the environment at boot (SPEC 1).
+"""Settings, read once from the environment at boot (contract §1).
 
 A bad value refuses to start with one line naming the variable and the value
 (`ConfigError`); `__main__` prints it and exits non-zero, without a traceback.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +16,7 @@ from pathlib import Path
 from pydantic import SecretStr
 
 from agent_server.errors import ConfigError
+from agent_server.logs import choose_log_format
 
 RUNTIME_ALIASES = {
     "claude-code": "claude-code",
@@ -42,19 +44,24 @@ class Settings:
     max_parallel: int
     shutdown_grace_s: float
     max_log_bytes: int
+    log_format: str
+    """`json` or `text` (contract §8)."""
     auth_token: SecretStr | None
     insecure_no_auth: bool
     baseline_env: Mapping[str, str] = field(repr=False)
-    """The process environment at boot: the lowest spawn-env layer (SPEC 4)."""
+    """The process environment at boot: the lowest spawn-env layer (contract §4)."""
 
     @property
     def override_file(self) -> Path:
-        """The token override file (SPEC 3)."""
+        """The token override file (contract §3)."""
         return self.state_dir / "oauth-token"
 
     @classmethod
-    def from_environ(cls, environ: Mapping[str, str]) -> Settings:
-        """Parse settings from an environment mapping; raise ConfigError on a bad value."""
+    def from_environ(cls, environ: Mapping[str, str], *, isatty: bool = False) -> Settings:
+        """Parse settings from an environment mapping; raise ConfigError on a bad value.
+
+        `isatty` says whether stderr is a terminal (it picks the default log format).
+        """
         home = Path(environ.get("HOME") or Path.home())
         runtime_raw = environ.get("AGENT_RUNTIME", "claude-code")
         runtime = RUNTIME_ALIASES.get(runtime_raw.strip().lower())
@@ -82,6 +89,7 @@ class Settings:
             max_parallel=_integer(environ, "AGENT_SERVER_MAX_PARALLEL", 32, minimum=1),
             shutdown_grace_s=_number(environ, "AGENT_SERVER_SHUTDOWN_GRACE_S", 30.0),
             max_log_bytes=_integer(environ, "AGENT_SERVER_MAX_LOG_BYTES", 8 * 1024 * 1024),
+            log_format=_log_format(environ, isatty=isatty),
             auth_token=SecretStr(token) if token else None,
             insecure_no_auth=_flag(environ, "AGENT_SERVER_INSECURE_NO_AUTH"),
             baseline_env=dict(environ),
@@ -89,8 +97,8 @@ class Settings:
 
     @classmethod
     def from_env(cls) -> Settings:
-        """Parse settings from this process's environment."""
-        return cls.from_environ(os.environ)
+        """Parse settings from this process's environment (and whether stderr is a tty)."""
+        return cls.from_environ(os.environ, isatty=sys.stderr.isatty())
 
 
 def _integer(
@@ -127,6 +135,15 @@ def _number(environ: Mapping[str, str], name: str, default: float) -> float:
         msg = f"{name}={raw!r} is not a non-negative number of seconds"
         raise ConfigError(msg)
     return value
+
+
+def _log_format(environ: Mapping[str, str], *, isatty: bool) -> str:
+    raw = environ.get("AGENT_SERVER_LOG_FORMAT")
+    try:
+        return choose_log_format(raw, isatty=isatty)
+    except ValueError:
+        msg = f"AGENT_SERVER_LOG_FORMAT={raw!r} is not a log format (use json or text)"
+        raise ConfigError(msg) from None
 
 
 def _flag(environ: Mapping[str, str], name: str) -> bool:

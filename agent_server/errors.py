@@ -11,8 +11,9 @@
         └── NotFound               404 not_found
     RequestInvalid             422 {"detail": [pydantic's errors, inputs removed]}
 
-`app.py` maps `ApiError` to a response in one place. Turn outcomes (SPEC 7) are not
-exceptions: they are `Outcome` values built by `execution.outcome`.
+`app.py` maps `ApiError` to a response in one place, and an HTTP-level refusal
+(Starlette's `HTTPException`) by `HTTP_ERROR_CODES`. Turn outcomes (contract §7) are
+not exceptions: they are `Outcome` values built by `execution.outcome`.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ class ApiError(AgentServerError):
     status: ClassVar[int] = 500
     error_code: ClassVar[str] = "internal_error"
     retryable: ClassVar[bool | None] = None
-    """Shown in the detail when set: SPEC 7 names `busy` as retryable."""
+    """Shown in the detail when set: contract §7 names `busy` as retryable."""
 
     def __init__(self, message: str, *, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
@@ -91,3 +92,20 @@ class RequestInvalid(AgentServerError):
     def __init__(self, errors: list[dict[str, object]]) -> None:
         super().__init__("request validation failed")
         self.errors = errors
+
+
+HTTP_ERROR_CODES = {404: "not_found", 405: "method_not_allowed"}
+"""The error_code of an HTTP-level refusal (no such route, wrong method)."""
+OTHER_HTTP_ERROR = "http_error"
+"""The error_code of any other HTTP-level refusal."""
+
+
+def api_error_codes() -> list[str]:
+    """Every error_code a non-turn error body can carry, sorted (for the OpenAPI enum)."""
+    codes = {ApiError.error_code, OTHER_HTTP_ERROR, *HTTP_ERROR_CODES.values()}
+    pending: list[type[ApiError]] = [ApiError]
+    while pending:
+        for subclass in pending.pop().__subclasses__():
+            codes.add(subclass.error_code)
+            pending.append(subclass)
+    return sorted(codes)

@@ -1,4 +1,10 @@
-"""Logs as one JSON object a line, every record passed through the redactor (SPEC 8)."""
+"""Logs on stderr, every record passed through the redactor first (contract §8).
+
+Two formats of the same fields: JSON, one object a line, for containers and log
+shippers; text, one short line a record, for a person at a terminal.
+`choose_log_format` picks one: the operator's `AGENT_SERVER_LOG_FORMAT`, else text
+on a terminal and JSON anywhere else.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +22,33 @@ execution_id_var: contextvars.ContextVar[str | None] = contextvars.ContextVar(
 """The turn the current task serves: stamped on every log line written under it."""
 
 _EXTRA_FIELDS = ("key", "execution_id")
+LOG_FORMATS = ("json", "text")
+
+
+def choose_log_format(configured: str | None, *, isatty: bool) -> str:
+    """`json` or `text`: the configured format, else text on a terminal, JSON elsewhere.
+
+    Raises ValueError for a configured value that is neither.
+    """
+    if configured is None or not configured.strip():
+        return "text" if isatty else "json"
+    chosen = configured.strip().lower()
+    if chosen not in LOG_FORMATS:
+        msg = f"{configured!r} is not a log format (use json or text)"
+        raise ValueError(msg)
+    return chosen
+
+
+def _context(record: logging.LogRecord) -> dict[str, object]:
+    """The turn and key a record is about, when it is about one."""
+    fields: dict[str, object] = {}
+    execution_id = getattr(record, "execution_id", None) or execution_id_var.get()
+    if execution_id:
+        fields["execution_id"] = execution_id
+    for name in _EXTRA_FIELDS:
+        if name != "execution_id" and hasattr(record, name):
+            fields[name] = getattr(record, name)
+    return fields
 
 
 class JsonFormatter(logging.Formatter):
@@ -29,12 +62,7 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
-        execution_id = getattr(record, "execution_id", None) or execution_id_var.get()
-        if execution_id:
-            entry["execution_id"] = execution_id
-        for name in _EXTRA_FIELDS:
-            if name != "execution_id" and hasattr(record, name):
-                entry[name] = getattr(record, name)
+        entry.update(_context(record))
         if record.exc_info and not record.exc_text:
             record.exc_text = self.formatException(record.exc_info)
         if record.exc_text:
@@ -43,10 +71,33 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, ensure_ascii=False, default=str)
 
 
-def configure_logging(redactor: Redactor, level: int = logging.INFO) -> logging.Handler:
-    """Send the root, uvicorn and access logs through one redacting JSON handler."""
+class TextFormatter(logging.Formatter):
+    """Formats a record as one short line: `12:00:01 WARNING logger: message [k=v]`."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        """The record as a line a person reads; a traceback follows on its own lines."""
+        stamp = datetime.fromtimestamp(record.created).strftime("%H:%M:%S")
+        context = " ".join(f"{k}={v}" for k, v in _context(record).items())
+        line = f"{stamp} {record.levelname:<7} {record.name}: {record.getMessage()}"
+        if context:
+            line += f" [{context}]"
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        if record.exc_text:
+            line += "\n" + record.exc_text
+        return line
+
+
+def configure_logging(
+    redactor: Redactor, level: int = logging.INFO, log_format: str = "json"
+) -> logging.Handler:
+    """Send the root, uvicorn and access logs through one redacting handler.
+
+    `log_format` is `json` or `text` (see `choose_log_format`). Calling it again
+    replaces the handler an earlier call installed.
+    """
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter())
+    handler.setFormatter(TextFormatter() if log_format == "text" else JsonFormatter())
     handler.addFilter(RedactingFilter(redactor))
     root = logging.getLogger()
     for old in list(root.handlers):

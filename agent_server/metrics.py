@@ -1,4 +1,4 @@
-"""Prometheus metrics of one server (SPEC 8), on a registry of its own.
+"""Prometheus metrics of one server (contract §8), on a registry of its own.
 
 No label ever carries a secret: outcomes, auth routes, results and variable names.
 """
@@ -11,13 +11,13 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 class Metrics:
-    """The SPEC 8 metrics; one instance per app, so tests never share counters."""
+    """The contract §8 metrics; one instance per app, so tests never share counters."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         self.turns = Counter(
             "agent_server_turns",
-            "Turns by outcome (success, cancelled, or the SPEC 7 error_code) and auth route.",
+            "Turns by outcome (success, cancelled, or the contract §7 error_code) and auth route.",
             ["outcome", "auth_route"],
             registry=self.registry,
         )

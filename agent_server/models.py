@@ -88,7 +88,7 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
 
 
-# --- credentials (SPEC 4) ---------------------------------------------------------
+# --- credentials (contract §4) ---------------------------------------------------------
 
 
 class ReloadTokenRequest(_Strict):
@@ -163,7 +163,7 @@ class CredentialStatus(BaseModel):
     env_drift: list[DriftRow]
 
 
-# --- health (SPEC 8) ----------------------------------------------------------------
+# --- health (contract §8) ----------------------------------------------------------------
 
 
 class Capabilities(BaseModel):
@@ -187,7 +187,7 @@ class Health(BaseModel):
     capabilities: Capabilities
 
 
-# --- errors (SPEC 5, 7) --------------------------------------------------------------
+# --- errors (contract §5, §7) --------------------------------------------------------------
 
 
 class ErrorDetail(BaseModel):
@@ -205,7 +205,7 @@ class ErrorResponse(BaseModel):
     detail: ErrorDetail
 
 
-# --- turns (SPEC 6) ------------------------------------------------------------------
+# --- turns (contract §6) ------------------------------------------------------------------
 
 
 class ProviderOverride(_Strict):
@@ -341,7 +341,7 @@ class TerminateResponse(BaseModel):
 
 
 class TurnErrorDetail(BaseModel):
-    """The SPEC 7 error of one turn: what happened and whether another credential helps."""
+    """The contract §7 error of one turn: what happened and whether another credential helps."""
 
     message: str
     error_code: str

@@ -34,8 +34,18 @@ class Endpoint:
     media_type: str = "application/json"
 
 
-def openapi_document(endpoints: Sequence[Endpoint], *, title: str, version: str) -> dict[str, Any]:
-    """The OpenAPI document of `endpoints`: every route, request and response schema."""
+def openapi_document(
+    endpoints: Sequence[Endpoint],
+    *,
+    title: str,
+    version: str,
+    error_codes: Mapping[type[BaseModel], Sequence[str]] | None = None,
+) -> dict[str, Any]:
+    """The OpenAPI document of `endpoints`: every route, request and response schema.
+
+    `error_codes` names, per error-detail model, the `error_code` values it can carry:
+    they become that property's `enum`, so a client knows every code in advance.
+    """
     inputs = {e.request for e in endpoints if e.request is not None}
     outputs: set[type[BaseModel]] = {Unauthorized, ErrorResponse}
     for endpoint in endpoints:
@@ -75,12 +85,15 @@ def openapi_document(endpoints: Sequence[Endpoint], *, title: str, version: str)
             operation["security"] = [{"controllerToken": []}]
             operation["responses"]["401"] = _response(Unauthorized, refs, "application/json")
         paths.setdefault(endpoint.path, {})[endpoint.method.lower()] = operation
+    schemas = definitions.get("$defs", {})
+    for model, codes in (error_codes or {}).items():
+        schemas[model.__name__]["properties"]["error_code"]["enum"] = list(codes)
     return {
         "openapi": "3.1.0",
         "info": {"title": title, "version": version},
         "paths": paths,
         "components": {
-            "schemas": definitions.get("$defs", {}),
+            "schemas": schemas,
             "securitySchemes": {
                 "controllerToken": {
                     "type": "apiKey",

@@ -1,4 +1,4 @@
-"""The redactor: no secret leaves the server in a log line or a response (SPEC 8).
+"""The redactor: no secret leaves the server in a log line or a response (contract §8).
 
 It replaces the exact value of every credential it has been told about (grow-only:
 a rotated-out token must stay hidden too) and token-shaped text (`sk-ant-…`, the

@@ -99,7 +99,7 @@ class Workspace:
         return {**self.base_env(), "TRINITY_EXECUTION_ID": uuid.uuid4().hex}
 
     def argv(self) -> list[str]:
-        """The server's argv for a Claude Code turn with no options (SPEC 6)."""
+        """The server's argv for a Claude Code turn with no options (contract §6)."""
         return [
             str(self.standin),
             "--print",

@@ -1,7 +1,7 @@
 """A minimal stand-in for Claude Code's print mode (stdlib only), for benchmarks.
 
 It reads the prompt on stdin and prints init, assistant and result events shaped like
-shared/fixtures/claude-code-2.1.328/success_oauth.stdout.jsonl, with the session id
+tests/fixtures/claude-code-2.1.328/success_oauth.stdout.jsonl, with the session id
 taken from `--session-id`. Unlike tests/support/fake-claude it parses no flags and
 imports almost nothing, so the CLI's own cost stays small and steady and the figures
 show the server. Directives, one a line in the prompt, run in order after init:

@@ -1,4 +1,4 @@
-"""The boot guards: no stale key may shadow the subscription or the gateway (SPEC 4).
+"""The boot guards: no stale key may shadow the subscription or the gateway (contract §4).
 
 Both are pure: they read the boot-time baseline and return credential overrides.
 """

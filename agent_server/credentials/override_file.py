@@ -1,4 +1,4 @@
-"""The token override file `$AGENT_SERVER_STATE_DIR/oauth-token` (SPEC 3).
+"""The token override file `$AGENT_SERVER_STATE_DIR/oauth-token` (contract §3).
 
 Written like consul-template's AtomicWrite, but never create-then-chmod: the temp
 file is born 0600 with O_EXCL|O_NOFOLLOW in the same directory, synced, renamed over

@@ -2,7 +2,7 @@
 
 A change never mutates a state: it builds a new one with a larger generation and
 the store swaps the reference. A spawn reads the reference once, so it sees either
-the whole old state or the whole new one (SPEC 4).
+the whole old state or the whole new one (contract §4).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The credential store: holds the current state and carries out reload-token.
 
-The order is the contract (SPEC 4): validate, write the override file, THEN swap
+The order is the contract (contract §4): validate, write the override file, THEN swap
 the state. A failed write raises `PersistFailed` and memory is untouched.
 """
 
@@ -55,7 +55,7 @@ class CredentialStore:
         *,
         prepare: bool = True,
     ) -> CredentialStore:
-        """Load the override file and arm the boot guards (SPEC 3, 4).
+        """Load the override file and arm the boot guards (contract §3, §4).
 
         `prepare=False` (a read-only look, e.g. `agent-server status` next to a running
         server) neither creates the state dir nor removes temp files a live write may own.

@@ -1,4 +1,4 @@
-"""The agent's one ongoing chat: its session id, kept in the state dir (SPEC 6).
+"""The agent's one ongoing chat: its session id, kept in the state dir (contract §6).
 
 Chats run one at a time (`lock`); the id survives a restart and a credential
 change, so every chat turn `--resume`s the same conversation.

@@ -1,4 +1,4 @@
-"""One turn's outcome: the SPEC §7 table, and the one place that builds its error body.
+"""One turn's outcome: the contract §7 table, and the one place that builds its error body.
 
 `classify_outcome` is pure: it reads the normalised stream (`TurnStream`) and how
 the process ended (`ProcessFacts`) and walks the table rows in order, first match
@@ -31,7 +31,10 @@ from agent_server.execution.stream import ProcessFacts, TurnStream
 
 __all__ = [
     "AUTH_WORDS",
+    "ERROR_CODES",
     "ERROR_DETAIL_KEYS",
+    "ERROR_STATUSES",
+    "STATUS_BY_ERROR_CODE",
     "UNAVAILABLE_MESSAGE",
     "Outcome",
     "OutcomeKind",
@@ -43,7 +46,7 @@ __all__ = [
 
 
 class OutcomeKind(StrEnum):
-    """The rows of the SPEC §7 table, plus success."""
+    """The rows of the contract §7 table, plus success."""
 
     SUCCESS = "success"
     CANCELLED = "cancelled"
@@ -82,6 +85,14 @@ _ROWS: dict[OutcomeKind, _Row] = {
     OutcomeKind.MAX_TURNS: _Row(422, "max_turns"),
     OutcomeKind.EXECUTION_ERROR: _Row(500, "execution_error"),
 }
+
+
+STATUS_BY_ERROR_CODE: dict[str, int] = {
+    row.error_code: row.status for row in _ROWS.values() if row.error_code is not None
+}
+"""Every error_code a turn's error body can carry, with the status it answers."""
+ERROR_CODES: tuple[str, ...] = tuple(STATUS_BY_ERROR_CODE)
+ERROR_STATUSES: frozenset[int] = frozenset(STATUS_BY_ERROR_CODE.values())
 
 
 @dataclass(frozen=True)
@@ -231,7 +242,7 @@ def classify_outcome(
     expected_permission_mode: str | None,
     now: datetime,
 ) -> Outcome:
-    """Classify one finished turn by the SPEC §7 table (first match wins). Pure."""
+    """Classify one finished turn by the contract §7 table (first match wins). Pure."""
     error_texts = [*stream.error_texts, facts.stderr] if facts.stderr else [*stream.error_texts]
 
     # Row 1: container fault.

@@ -1,4 +1,4 @@
-"""One turn, end to end: snapshot, spawn env, spawn, parse, classify, answer (SPEC 6, 7).
+"""One turn, end to end: snapshot, spawn env, spawn, parse, classify, answer (contract §6, §7).
 
     credential snapshot -> per-spawn layer -> spawn env -> adapter argv
         -> runner (process group) -> parser -> classify_outcome -> answer
@@ -53,7 +53,7 @@ SHUTDOWN_KILLED = Outcome(
     rate_limit_type=None,
     message="The server shut down and stopped this turn after its shutdown grace",
 )
-"""A turn still running when the shutdown grace ran out (SPEC 1, 7 row 4)."""
+"""A turn still running when the shutdown grace ran out (contract §1, §7 row 4)."""
 
 
 @dataclass(frozen=True)

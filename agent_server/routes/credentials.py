@@ -1,4 +1,4 @@
-"""`POST /api/credentials/reload-token` and `GET /api/credentials/status` (SPEC 4)."""
+"""`POST /api/credentials/reload-token` and `GET /api/credentials/status` (contract §4)."""
 
 from __future__ import annotations
 
@@ -80,7 +80,7 @@ async def _reload(request: Request, services: Services) -> ReloadTokenResponse:
 
 
 def build_status(services: Services) -> CredentialStatus:
-    """The credential status of SPEC 4 for this configuration (also `agent-server status`)."""
+    """The credential status of contract §4 for this configuration (also `agent-server status`)."""
     state = services.store.current
     dotenv = services.read_dotenv()
     preview = spawn_preview(state, dotenv)

@@ -1,4 +1,4 @@
-"""The turn routes (SPEC 5, 6): task, chat, the running list and terminate."""
+"""The turn routes (contract §5, §6): task, chat, the running list and terminate."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`GET /health` (SPEC 8): no auth, no secrets, always 200 while serving."""
+"""`GET /health` (contract §8): no auth, no secrets, always 200 while serving."""
 
 from __future__ import annotations
 

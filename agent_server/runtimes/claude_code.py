@@ -1,6 +1,6 @@
 """Claude Code: `claude --print --output-format stream-json`, prompt on stdin.
 
-The stream-json events this reads (see shared/fixtures/claude-code-2.1.328):
+The stream-json events this reads (see tests/fixtures/claude-code-2.1.328):
 `system/init` (session, model, permission mode, `apiKeySource`), `system/api_retry`,
 `assistant` (prose, or an API-error message with `error`, `api_error_status`,
 `api_error`, `api_error_type`, `api_error_params.rate_limit_info`),

@@ -1,6 +1,6 @@
 """The operator/agent-managed `.env`, parsed with python-dotenv and cached by identity.
 
-Re-read at every spawn (SPEC 4) but parsed only when the file's identity
+Re-read at every spawn (contract §4) but parsed only when the file's identity
 (device, inode, size, mtime_ns) changes, so a spawn never sees a stale parse and an
 unchanged 5,000-line file costs one `stat`. A parse of a file modified within the
 last `RACY_WINDOW_NS` is not cached (a same-size rewrite in the same timestamp tick

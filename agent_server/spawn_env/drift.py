@@ -1,7 +1,7 @@
 """What the next spawn would authenticate with, and where `.env` and the process differ.
 
 Pure functions over one credential state and one `.env` parse: names and
-fingerprints of credentials only, never a value (SPEC 4, credential status).
+fingerprints of credentials only, never a value (contract §4, credential status).
 """
 
 from __future__ import annotations

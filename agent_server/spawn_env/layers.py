@@ -1,4 +1,4 @@
-"""The environment of one spawn, built from five explicit layers (SPEC 4).
+"""The environment of one spawn, built from five explicit layers (contract §4).
 
 Lowest first: baseline (the process env at boot) < `.env` < credential overrides
 < the per-spawn layer < the drop set. `build_spawn_env` is pure: the same inputs
@@ -22,7 +22,7 @@ AUTH_TOKEN = "ANTHROPIC_AUTH_TOKEN"  # noqa: S105 - a variable name
 BASE_URL = "ANTHROPIC_BASE_URL"
 PROVIDER_SWITCHES = ("CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX", "CLAUDE_CODE_USE_FOUNDRY")
 SUBSCRIPTION_SHADOW_KEYS = (API_KEY, AUTH_TOKEN, *PROVIDER_SWITCHES)
-"""The names Claude Code prefers over `CLAUDE_CODE_OAUTH_TOKEN` (shared/fixtures)."""
+"""The names Claude Code prefers over `CLAUDE_CODE_OAUTH_TOKEN` (the recorded transcripts)."""
 CLAUDE_CREDENTIALS = (API_KEY, AUTH_TOKEN, CLAUDE_OAUTH)
 """In the order the CLI prefers them (`apiKeySource` reports the first)."""
 
@@ -49,13 +49,13 @@ def is_server_only(name: str) -> bool:
 
 @functools.lru_cache(maxsize=16384)
 def is_protected(name: str) -> bool:
-    """Names `.env` may not set (SPEC 4): loaders, exec hooks, the server's own."""
+    """Names `.env` may not set (contract §4): loaders, exec hooks, the server's own."""
     return name in _PROTECTED_EXACT or _PROTECTED_PATTERN.match(name) is not None
 
 
 @functools.lru_cache(maxsize=16384)
 def is_credential_name(name: str) -> bool:
-    """A variable whose value is a secret (SPEC 8's redactor list)."""
+    """A variable whose value is a secret (contract §8's redactor list)."""
     return name in CLAUDE_CREDENTIALS or name.endswith(_CREDENTIAL_SUFFIXES)
 
 
@@ -91,7 +91,7 @@ def build_spawn_env(
     *,
     protect_baseline: bool = True,
 ) -> SpawnEnv:
-    """Build one spawn's environment from the five layers of SPEC 4, lowest first."""
+    """Build one spawn's environment from the five layers of contract §4, lowest first."""
     per_spawn = per_spawn or PerSpawn()
     env: dict[str, str] = {}
     sources: dict[str, Layer] = {}

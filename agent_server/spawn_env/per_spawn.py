@@ -1,4 +1,4 @@
-"""The per-spawn layer of one turn: its execution id and its `auth_override` (SPEC 6).
+"""The per-spawn layer of one turn: its execution id and its `auth_override` (contract §6).
 
 Pure: the override becomes values for exactly one spawn plus the names that spawn
 drops last, so nothing the baseline, `.env` or a reload carries can shadow it.

@@ -1,7 +1,7 @@
 """A real `agent-server serve` subprocess on a loopback ephemeral port.
 
 Every server started here records its stderr (the JSON log) and every response
-body; at teardown no registered test secret may appear in either (SPEC 8).
+body; at teardown no registered test secret may appear in either (contract §8).
 """
 
 from __future__ import annotations
@@ -216,7 +216,7 @@ def processes() -> ProcessProbe:
     return ProcessProbe()
 
 
-# --- the controller's reading of a failed turn (SPEC preamble and §7) ----------------
+# --- the controller's reading of a failed turn (contract's opening and §7) ----------------
 
 CONTAINER_FAULT_MESSAGE = "Claude Code is not available in this container"
 PERMISSION_BYPASS_PREFIX = "Permission bypass failed"

@@ -1,4 +1,6 @@
-"""Chaos: many mixed turns at once against one server, then no orphan and no zombie (SPEC 6, 7).
+"""Chaos: many mixed turns at once against one server, then no orphan and no zombie.
+
+Contract §6, §7.
 
 Fifty turns run concurrently over sixteen slots: normal ones, ones that leave a
 grandchild behind, CLIs that SIGKILL themselves, timeouts, and turns stopped through

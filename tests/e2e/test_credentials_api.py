@@ -1,4 +1,4 @@
-"""The credential routes through a real `agent-server serve` on loopback (SPEC 2, 3, 4)."""
+"""The credential routes through a real `agent-server serve` on loopback (contract §2, §3, §4)."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def _unchanged(server: ServerProcess, before: dict[str, Any]) -> None:
     assert after["files"]["override_file"] == before["files"]["override_file"]
 
 
-# --- controller authentication (SPEC 2) ----------------------------------------------
+# --- controller authentication (contract §2) ----------------------------------------------
 
 
 @pytest.mark.parametrize("token", ["", "wrong-token-value"], ids=["no token", "a wrong token"])
@@ -332,7 +332,7 @@ def test_a_reloaded_token_survives_a_restart(
     assert status["generation"] > generation
 
 
-# --- no secret leaks (SPEC 8) --------------------------------------------------------
+# --- no secret leaks (contract §8) --------------------------------------------------------
 
 
 def test_no_test_secret_reaches_a_log_line_or_a_body(

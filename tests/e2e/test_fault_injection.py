@@ -1,4 +1,4 @@
-"""The override file under faults, through a real server (SPEC 3, 4 reload-token).
+"""The override file under faults, through a real server (contract §3, §4 reload-token).
 
 A SIGKILL of the server in the middle of a stream of reloads, a full disk, a
 read-only disk, a symlink at the target and a umask of 000: each leaves the override

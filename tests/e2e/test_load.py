@@ -1,4 +1,4 @@
-"""Load: mixed requests at concurrency 32, every turn on ONE coherent credential (SPEC 4, 6).
+"""Load: mixed requests at concurrency 32, every turn on ONE coherent credential (contract §4, §6).
 
 Turns with and without an auth override run while reload-token flips the rotated
 token back and forth and status, health and the running list are polled. The fake

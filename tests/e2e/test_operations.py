@@ -1,4 +1,4 @@
-"""Operations of a live server (SPEC 8): /metrics, JSON logs, /openapi.json and /health."""
+"""Operations of a live server (contract §8): /metrics, JSON logs, /openapi.json and /health."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""No process outlives its turn: terminate, timeout, disconnect, SIGTERM-proof CLIs (SPEC 6).
+"""No process outlives its turn: terminate, timeout, disconnect, SIGTERM-proof CLIs (contract §6).
 
 Each turn's fake CLI starts a grandchild `sleep` in its process group. The probe finds
 both by the `TRINITY_EXECUTION_ID` in their environment while the turn runs, and

@@ -1,4 +1,4 @@
-"""SIGTERM to the server with turns running (SPEC 1: AGENT_SERVER_SHUTDOWN_GRACE_S).
+"""SIGTERM to the server with turns running (contract §1: AGENT_SERVER_SHUTDOWN_GRACE_S).
 
 The server stops accepting, lets running turns finish within the grace, then kills
 their process groups and exits: no CLI and no grandchild outlives it.

@@ -1,4 +1,4 @@
-"""`startup.sh`: export the override file's token, then exec the server (SPEC 3, 9)."""
+"""`startup.sh`: export the override file's token, then exec the server (contract §3, §9)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Turns through a real server and the fake Claude Code CLI (SPEC 4, 6).
+"""Turns through a real server and the fake Claude Code CLI (contract §4, §6).
 
 The fake is a real executable that reports what it received: env names, credential
 fingerprints, argv and session flags. So every assertion here is about the spawn

@@ -1,11 +1,14 @@
-"""Capture real Claude Code transcripts against the Messages API stand-in.
+"""Record real Claude Code transcripts against the Messages API stand-in.
 
-    .venv/bin/python -m tests.support.capture_fixtures tests/fixtures/claude-code-2.1.328-captured
+    .venv/bin/python -m tests.support.capture_fixtures reference|captured [OUTDIR]
 
-For each scenario it runs the real CLI (``AGENT_SERVER_TEST_CLAUDE_BIN``, else the /tmp/cc
-copy) as ``claude -p hi --output-format stream-json --verbose [args]`` with a fresh HOME
-and fake credentials, and writes ``NAME.stdout.jsonl``, ``NAME.stderr.txt`` and
-``NAME.json`` in the format of shared/fixtures/claude-code-2.1.328, plus a README.md.
+For each scenario of the set it runs the real CLI (``AGENT_SERVER_TEST_CLAUDE_BIN``,
+else the copy `make test` installs in .cache/) as
+``claude -p hi --output-format stream-json --verbose [args]`` with a fresh HOME and
+fake credentials, and writes ``NAME.stdout.jsonl``, ``NAME.stderr.txt`` and
+``NAME.json``. The two sets live in tests/fixtures/: ``reference`` (the transcripts the
+outcome table was designed from; its hand-written README is kept) and ``captured``
+(the scenarios this repo added; its README is generated here).
 """
 
 from __future__ import annotations
@@ -35,7 +38,51 @@ class Capture:
     sandbox: bool = True  # False: drop IS_SANDBOX, to see the root refusal
 
 
-CAPTURES = (
+REFERENCE = (
+    Capture(
+        "success_oauth",
+        "subscription OAuth token served the turn",
+        {"CLAUDE_CODE_OAUTH_TOKEN": "sk-ant-oat01-good-aaaa"},
+    ),
+    Capture(
+        "success_api_key",
+        "API key served the turn (apiKeySource=ANTHROPIC_API_KEY)",
+        {"ANTHROPIC_API_KEY": "sk-ant-api03-good-bbbb"},
+    ),
+    Capture(
+        "shadow_api_key_beats_oauth",
+        "both set: the API key wins, the OAuth token is silently unused",
+        {
+            "CLAUDE_CODE_OAUTH_TOKEN": "sk-ant-oat01-good-aaaa",
+            "ANTHROPIC_API_KEY": "sk-ant-api03-good-cccc",
+        },
+    ),
+    Capture(
+        "rate_limit_five_hour_oauth",
+        "subscription 5-hour window exhausted",
+        {"CLAUDE_CODE_OAUTH_TOKEN": "sk-ant-oat01-ratelimit-dddd"},
+    ),
+    Capture(
+        "auth_oauth_401",
+        "OAuth token rejected by the API (401)",
+        {"CLAUDE_CODE_OAUTH_TOKEN": "sk-ant-oat01-badauth-eeee", "CLAUDE_CODE_MAX_RETRIES": "1"},
+    ),
+    Capture(
+        "billing_credit_low_api_key",
+        "API key with no credit",
+        {"ANTHROPIC_API_KEY": "sk-ant-api03-nocredit-ffff"},
+    ),
+    Capture(
+        "model_not_found",
+        "model id the API does not know (404)",
+        {"CLAUDE_CODE_OAUTH_TOKEN": "sk-ant-oat01-good-aaaa"},
+        ("--model", "claude-nonexistent-9"),
+    ),
+    Capture("not_logged_in", "no credential at all", {}),
+)
+"""The scenarios of tests/fixtures/claude-code-2.1.328 (the reference set)."""
+
+CAPTURED = (
     Capture(
         "rate_limit_seven_day_oauth",
         "subscription weekly window exhausted: rate_limit_event rateLimitType seven_day + "
@@ -94,6 +141,14 @@ CAPTURES = (
         sandbox=False,
     ),
 )
+"""The scenarios of tests/fixtures/claude-code-2.1.328-captured."""
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+SETS = {
+    "reference": (REFERENCE, FIXTURES / "claude-code-2.1.328", False),
+    "captured": (CAPTURED, FIXTURES / "claude-code-2.1.328-captured", True),
+}
+"""Set name -> (scenarios, default folder, whether its README is generated)."""
 
 
 def capture(cli: Path, api: MessagesApiStandIn, spec: Capture, outdir: Path) -> dict[str, object]:
@@ -135,8 +190,8 @@ README_HEAD = """\
 Written by `python -m tests.support.capture_fixtures` (do not edit by hand): the real
 `claude` binary run as `claude -p hi --output-format stream-json --verbose [args]`
 against `tests/support/messages_api.py` (the loopback Messages API stand-in), with a
-fresh HOME and fake credentials. Same three files a scenario as
-shared/fixtures/claude-code-2.1.328: `NAME.stdout.jsonl`, `NAME.stderr.txt`,
+fresh HOME and fake credentials. Same three files a scenario as the reference set in
+tests/fixtures/claude-code-2.1.328: `NAME.stdout.jsonl`, `NAME.stderr.txt`,
 `NAME.json` (exit code, argv, the fake credentials given, the names of all env vars).
 Reset instants, session ids and the stand-in's port differ between captures.
 
@@ -152,25 +207,29 @@ def write_readme(outdir: Path, metas: list[dict[str, object]]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Capture every scenario into the folder named on the command line."""
+    """Record every scenario of the named set into its folder (or the one given)."""
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        sys.stderr.write("usage: python -m tests.support.capture_fixtures OUTDIR\n")
+    if not 1 <= len(args) <= 2 or args[0] not in SETS:
+        sys.stderr.write(
+            "usage: python -m tests.support.capture_fixtures reference|captured [OUTDIR]\n"
+        )
         return 2
+    scenarios, default_dir, generated_readme = SETS[args[0]]
     cli = real_cli_path()
     if cli is None or not cli.exists():
         sys.stderr.write("the real CLI is missing: set AGENT_SERVER_TEST_CLAUDE_BIN\n")
         return 2
-    outdir = Path(args[0])
+    outdir = Path(args[1]) if len(args) == 2 else default_dir
     outdir.mkdir(parents=True, exist_ok=True)
     metas = []
     with MessagesApiStandIn() as api:
-        for spec in CAPTURES:
+        for spec in scenarios:
             if not spec.sandbox and os.geteuid() != 0:
                 continue  # the refusal only happens as root
             metas.append(capture(cli, api, spec, outdir))
             sys.stdout.write(f"{spec.name}: exit {metas[-1]['exit_code']}\n")
-    write_readme(outdir, metas)
+    if generated_readme:
+        write_readme(outdir, metas)
     return 0
 
 

@@ -47,7 +47,7 @@ ROOT_REFUSAL = (
 )
 _HERE = Path(__file__).resolve().parent
 FIXTURE_DIRS = (
-    _HERE / "../../../shared/fixtures/claude-code-2.1.328",
+    _HERE / "../fixtures/claude-code-2.1.328",
     _HERE / "../fixtures/claude-code-2.1.328-captured",
 )
 _CHUNK = 64 * 1024
@@ -90,7 +90,7 @@ def parse_argv(argv: list[str]) -> argparse.Namespace:
 
 
 def find_fixture(name: str) -> Path:
-    """Return the ``NAME.stdout.jsonl`` of a shared or captured fixture."""
+    """Return the ``NAME.stdout.jsonl`` of a reference or captured fixture."""
     for folder in FIXTURE_DIRS:
         candidate = folder / f"{name}.stdout.jsonl"
         if candidate.is_file():

@@ -43,7 +43,12 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 UNKNOWN_MODEL = "claude-nonexistent-9"
-REQUEST_ID = "req_mock"  # what the shared fixtures show
+REQUEST_ID = "req_mock"  # what the reference fixtures show
+INSTALLED_CLI = (
+    Path(__file__).resolve().parents[2]
+    / ".cache/claude-code-2.1.328/node_modules/@anthropic-ai/claude-code/bin/claude.exe"
+)
+"""Where `make test` installs the pinned CLI."""
 
 
 def fingerprint(value: str) -> str:
@@ -507,9 +512,8 @@ def real_cli_fixture() -> Path:
 
 
 def real_cli_path() -> Path | None:
-    """Return the real Claude Code CLI: ``AGENT_SERVER_TEST_CLAUDE_BIN``, else the /tmp/cc copy."""
+    """The real Claude Code CLI: ``AGENT_SERVER_TEST_CLAUDE_BIN``, else `make test`'s copy."""
     configured = os.environ.get("AGENT_SERVER_TEST_CLAUDE_BIN")
     if configured:
         return Path(configured)
-    fallback = Path("/tmp/cc/node_modules/@anthropic-ai/claude-code/bin/claude.exe")
-    return fallback if fallback.exists() else None
+    return INSTALLED_CLI if INSTALLED_CLI.exists() else None

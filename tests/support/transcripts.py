@@ -1,6 +1,6 @@
 """Recorded CLI output, fed through a runtime's parser as the runner would feed it.
 
-One loader for the shared Claude Code fixtures, our own real-CLI captures and the
+One loader for the reference Claude Code transcripts, our own real-CLI captures and the
 Codex/Gemini samples, so every table test reads a transcript the same way.
 """
 
@@ -13,7 +13,7 @@ from agent_server.execution.stream import ProcessFacts, TurnStream
 from agent_server.runtimes.base import StreamParser
 
 REPO = Path(__file__).resolve().parents[2]
-SHARED_FIXTURES = REPO.parent / "shared" / "fixtures" / "claude-code-2.1.328"
+REFERENCE_FIXTURES = REPO / "tests" / "fixtures" / "claude-code-2.1.328"
 CAPTURED_FIXTURES = REPO / "tests" / "fixtures" / "claude-code-2.1.328-captured"
 SAMPLES = REPO / "tests" / "fixtures"
 

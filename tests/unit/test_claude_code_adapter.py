@@ -9,7 +9,7 @@ import pytest
 from agent_server.execution.stream import TurnStream
 from agent_server.runtimes.base import RuntimeAdapter, TurnSpec
 from agent_server.runtimes.claude_code import ClaudeCodeAdapter, ClaudeStreamParser
-from tests.support.transcripts import SHARED_FIXTURES as FIXTURES
+from tests.support.transcripts import REFERENCE_FIXTURES as FIXTURES
 from tests.support.transcripts import load_scenario
 
 BASE = [
@@ -202,5 +202,5 @@ def test_memory_stays_bounded() -> None:
 
 
 def _load(name: str) -> TurnStream:
-    """A shared fixture's stream, parsed by the Claude parser."""
+    """A reference fixture's stream, parsed by the Claude parser."""
     return load_scenario(FIXTURES, name, ClaudeStreamParser())[0]

@@ -1,4 +1,4 @@
-"""Settings (SPEC 1): defaults, aliases, and a one-line refusal for a bad value."""
+"""Settings (contract §1): defaults, aliases, and a one-line refusal for a bad value."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from agent_server.errors import ConfigError
 
 
 def test_defaults(tmp_path: Path) -> None:
-    """With only HOME set, every setting takes its SPEC 1 default."""
+    """With only HOME set, every setting takes its contract §1 default."""
     settings = Settings.from_environ({"HOME": str(tmp_path)})
     assert (settings.runtime, settings.runtime_command) == ("claude-code", "claude")
     assert (settings.host, settings.port) == ("127.0.0.1", 8000)
@@ -25,6 +25,7 @@ def test_defaults(tmp_path: Path) -> None:
     assert settings.permission_mode == "bypassPermissions"
     assert (settings.max_parallel, settings.shutdown_grace_s) == (32, 30.0)
     assert settings.max_log_bytes == 8388608
+    assert settings.log_format == "json"
     assert (settings.auth_token, settings.insecure_no_auth) == (None, False)
 
 
@@ -67,6 +68,7 @@ def test_the_controller_token_is_secret_and_stripped() -> None:
         pytest.param("AGENT_SERVER_SHUTDOWN_GRACE_S", "nan", id="a NaN grace"),
         pytest.param("AGENT_SERVER_SHUTDOWN_GRACE_S", "-1", id="a negative grace"),
         pytest.param("AGENT_SERVER_INSECURE_NO_AUTH", "maybe", id="a non-boolean flag"),
+        pytest.param("AGENT_SERVER_LOG_FORMAT", "xml", id="an unknown log format"),
     ],
 )
 def test_bad_values_are_refused(name: str, value: str) -> None:
@@ -87,6 +89,7 @@ def _agent_server_command() -> list[str]:
     [
         pytest.param("AGENT_RUNTIME", "cursor-agent", id="an unknown runtime"),
         pytest.param("AGENT_SERVER_PORT", "eighty", id="a non-numeric port"),
+        pytest.param("AGENT_SERVER_LOG_FORMAT", "yaml", id="an unknown log format"),
     ],
 )
 def test_the_command_refuses_to_start_with_one_line(tmp_path: Path, name: str, value: str) -> None:
@@ -102,3 +105,22 @@ def test_the_command_refuses_to_start_with_one_line(tmp_path: Path, name: str, v
     assert value in lines[0]
     assert "Traceback" not in done.stderr
     assert not (tmp_path / ".local").exists()
+
+
+@pytest.mark.parametrize(
+    ("configured", "isatty", "chosen"),
+    [
+        pytest.param(None, False, "json", id="unset and not a terminal: json"),
+        pytest.param(None, True, "text", id="unset on a terminal: text"),
+        pytest.param("json", True, "json", id="json on a terminal, because asked"),
+        pytest.param(" TEXT ", False, "text", id="text off a terminal, because asked"),
+    ],
+)
+def test_the_log_format_follows_the_terminal_unless_set(
+    configured: str | None, isatty: bool, chosen: str
+) -> None:
+    """AGENT_SERVER_LOG_FORMAT wins; unset, a terminal gets text and anything else JSON."""
+    environ = {"HOME": "/h"}
+    if configured is not None:
+        environ["AGENT_SERVER_LOG_FORMAT"] = configured
+    assert Settings.from_environ(environ, isatty=isatty).log_format == chosen

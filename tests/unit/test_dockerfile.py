@@ -1,4 +1,4 @@
-"""The agent base image's invariants (SPEC 9), read from docker/Dockerfile and .dockerignore.
+"""The agent base image's invariants (contract §9), read from docker/Dockerfile and .dockerignore.
 
 No docker engine is needed: the Dockerfile is parsed line by line (continuations,
 comments, exec-form JSON), and hadolint lints it when its binary is installed (the

@@ -1,4 +1,4 @@
-"""`effective_auth` follows the CLI's precedence; `env_drift` shows names only (SPEC 4)."""
+"""`effective_auth` follows the CLI's precedence; `env_drift` shows names only (contract §4)."""
 
 from __future__ import annotations
 

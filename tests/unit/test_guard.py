@@ -1,4 +1,4 @@
-"""The boot guards of SPEC 4: every armed and inert case, as the next spawn sees it."""
+"""The boot guards of contract §4: every armed and inert case, as the next spawn sees it."""
 
 from __future__ import annotations
 
@@ -162,7 +162,7 @@ def test_boot_guard(
     armed: bool,
     expected: Mapping[str, str | None],
 ) -> None:
-    """The guard arms exactly when SPEC 4 says, and the next spawn shows it."""
+    """The guard arms exactly when contract §4 says, and the next spawn shows it."""
     state = boot(tmp_path, runtime, baseline, file_token).current
     env = build_spawn_env(state.baseline, dotenv, state.overrides).env
     assert state.guard_armed is armed

@@ -1,4 +1,4 @@
-"""`build_spawn_env`: the five layers of SPEC 4 as named precedence cases."""
+"""`build_spawn_env`: the five layers of contract §4 as named precedence cases."""
 
 from __future__ import annotations
 
@@ -173,7 +173,7 @@ def test_suppressed_lists_only_env_file_values_a_force_unset_swallowed() -> None
     ],
 )
 def test_protected_names(name: str) -> None:
-    """Every protected name of SPEC 4 is ignored from `.env` and reported."""
+    """Every protected name of contract §4 is ignored from `.env` and reported."""
     assert is_protected(name)
     assert build_spawn_env({}, {name: "x"}, {}).ignored == {name}
 
@@ -189,7 +189,7 @@ def test_protected_names(name: str) -> None:
     ],
 )
 def test_is_credential_name(name: str, secret: bool) -> None:
-    """The redactor's credential names follow SPEC 8."""
+    """The redactor's credential names follow contract §8."""
     assert is_credential_name(name) is secret
 
 

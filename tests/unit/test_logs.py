@@ -1,17 +1,18 @@
-"""Logs (SPEC 8): one JSON object a line, every record masked by the redactor first."""
+"""Logs (contract §8): one JSON object a line, every record masked by the redactor first."""
 
 from __future__ import annotations
 
 import io
 import json
 import logging
+import re
 import warnings
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from agent_server.logs import JsonFormatter, configure_logging, execution_id_var
+from agent_server.logs import JsonFormatter, TextFormatter, configure_logging, execution_id_var
 from agent_server.redaction import MASK, RedactingFilter, Redactor
 
 SECRET = "unit-log-secret-0123456789"
@@ -184,3 +185,42 @@ def test_configure_logging_twice_keeps_one_server_handler(redactor: Redactor) ->
     handlers = logging.getLogger().handlers
     assert second in handlers
     assert first not in handlers
+
+
+@pytest.mark.usefixtures("root_logging")
+def test_text_lines_are_short_and_masked_too(redactor: Redactor) -> None:
+    """The text format is one line a record, with the turn's id, and the redactor applies."""
+    stream = io.StringIO()
+    handler = configure_logging(redactor, log_format="text")
+    assert isinstance(handler, logging.StreamHandler)
+    assert isinstance(handler.formatter, TextFormatter)
+    handler.setStream(stream)
+    token = execution_id_var.set("exec-text-1")
+    try:
+        logging.getLogger("agent_server.turn").warning("sent %s to the CLI", SECRET)
+    finally:
+        execution_id_var.reset(token)
+    (line,) = stream.getvalue().splitlines()
+    assert re.fullmatch(
+        r"\d\d:\d\d:\d\d WARNING agent_server\.turn: sent \[REDACTED\] to the CLI "
+        r"\[execution_id=exec-text-1\]",
+        line,
+    ), line
+
+
+@pytest.mark.usefixtures("root_logging")
+def test_a_text_traceback_is_masked(redactor: Redactor) -> None:
+    """A traceback follows its text line, masked like the message."""
+    stream = io.StringIO()
+    handler = configure_logging(redactor, log_format="text")
+    assert isinstance(handler, logging.StreamHandler)
+    handler.setStream(stream)
+    try:
+        msg = f"failed with credential {SECRET}"
+        raise RuntimeError(msg)
+    except RuntimeError:
+        logging.getLogger("agent_server.app").exception("boom")
+    text = stream.getvalue()
+    assert "RuntimeError" in text
+    assert SECRET not in text
+    assert text.splitlines()[0].endswith("agent_server.app: boom")

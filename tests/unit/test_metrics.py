@@ -1,4 +1,4 @@
-"""The SPEC 8 metrics: one registry per app, and every reload answer counted by result."""
+"""The contract §8 metrics: one registry per app, and every reload answer counted by result."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def _families(metrics: Metrics) -> dict[str, str]:
 
 
 def test_every_spec_metric_is_exposed_with_its_type() -> None:
-    """The exposition names the SPEC 8 metrics with the right Prometheus types."""
+    """The exposition names the contract §8 metrics with the right Prometheus types."""
     families = _families(Metrics())
     assert families["agent_server_turns"] == "counter"
     assert families["agent_server_turn_seconds"] == "histogram"

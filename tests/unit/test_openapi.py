@@ -1,4 +1,4 @@
-"""GET /openapi.json (SPEC 5): behind the token, a valid OpenAPI 3.1 document of every route."""
+"""GET /openapi.json (contract §5): behind the token, a valid OpenAPI 3.1 document."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from pydantic import BaseModel
 from schemathesis.specs.openapi.definitions import OPENAPI_31_VALIDATOR
 
-from agent_server.app import ENDPOINTS, create_app
+from agent_server.app import ENDPOINTS, ERROR_CODES_BY_MODEL, create_app
 from agent_server.config import Settings
 from agent_server.models import ParallelTaskRequest
 from agent_server.openapi import Answer, openapi_document
@@ -25,7 +25,9 @@ REF = "#/components/schemas/"
 @pytest.fixture(scope="module")
 def document() -> dict[str, Any]:
     """The document the app serves."""
-    return openapi_document(ENDPOINTS, title="agent-server", version="test")
+    return openapi_document(
+        ENDPOINTS, title="agent-server", version="test", error_codes=ERROR_CODES_BY_MODEL
+    )
 
 
 def _get(environ: dict[str, str], headers: dict[str, str]) -> httpx.Response:

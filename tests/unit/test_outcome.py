@@ -1,4 +1,4 @@
-"""The SPEC §7 outcome table: real Claude Code transcripts, then every row's edge."""
+"""The contract §7 outcome table: real Claude Code transcripts, then every row's edge."""
 
 from __future__ import annotations
 
@@ -21,9 +21,9 @@ from agent_server.execution.outcome import (
 )
 from agent_server.execution.stream import ProcessFacts, TurnStream
 from agent_server.runtimes.claude_code import ClaudeStreamParser
-from tests.support.transcripts import SHARED_FIXTURES, load_scenario
+from tests.support.transcripts import REFERENCE_FIXTURES, load_scenario
 
-FIXTURES = SHARED_FIXTURES
+FIXTURES = REFERENCE_FIXTURES
 # The fixtures were captured at 2026-11-30T07:51Z; their resetsAt lies an hour later.
 CAPTURED = datetime(2026, 11, 30, 7, 51, 0, tzinfo=UTC)
 LABEL = "Claude Code"
@@ -702,7 +702,7 @@ def test_retry_after_seconds(delta: timedelta, expected: int) -> None:
 
 
 def controller_reason(status: int, message: str) -> str | None:
-    """The controller's mapping (SPEC preamble): what it reads a failure as."""
+    """The controller's mapping (contract's opening): what it reads a failure as."""
     is_container_fault = message == "Claude Code is not available in this container" or (
         message.startswith("Permission bypass failed")
     )

@@ -1,4 +1,4 @@
-"""The SPEC §7 table over every real transcript this repo captured (CLI 2.1.328).
+"""The contract §7 table over every real transcript this repo captured (CLI 2.1.328).
 
 Reset instants differ between captures, so the expected `resets_at` is read from
 the transcript's own `rate_limit_event`, and "now" is the transcript's own clock.

@@ -1,4 +1,4 @@
-"""The token override file (SPEC 3): 0600, crash-safe, refuses unsafe places, persist_failed."""
+"""The token override file (contract §3): 0600, crash-safe, refuses unsafe places."""
 
 from __future__ import annotations
 

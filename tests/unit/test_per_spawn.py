@@ -1,4 +1,4 @@
-"""The per-spawn layer of one turn's `auth_override` (SPEC 6), as tables of named cases."""
+"""The per-spawn layer of one turn's `auth_override` (contract §6), as tables of named cases."""
 
 from __future__ import annotations
 

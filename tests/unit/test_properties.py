@@ -1,10 +1,10 @@
-"""Properties of the spawn env and the drift report over generated layers (SPEC 4).
+"""Properties of the spawn env and the drift report over generated layers (contract §4).
 
 The table tests in test_layers.py and test_drift.py name the cases; these check that
 the rules hold for every mix of names and layers hypothesis can think of. Every
 generated value starts with `val-`, which no variable name contains, so a value that
 leaks anywhere is found by a substring search. Which names are protected or
-server-only is spelled out here from the SPEC, not taken from the code under test.
+server-only is spelled out here from docs/contract.md, not taken from the code under test.
 """
 
 from __future__ import annotations
@@ -35,13 +35,13 @@ PROPERTY = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 
-# SPEC 4's protected `.env` keys and SPEC 1/4's server-only names, written out here.
-SPEC_PROTECTED = re.compile(
+# contract §4's protected `.env` keys and contract §1/§4's server-only names, written out here.
+CONTRACT_PROTECTED = re.compile(
     r"^(PATH|HOME|LD_.*|PYTHON.*|NODE_OPTIONS|BASH_ENV|ENV|IFS|GIT_SSH|GIT_SSH_COMMAND"
     r"|GIT_EXEC_PATH|GIT_ASKPASS|TRINITY_AGENT_AUTH_TOKEN|AGENT_SERVER_.*)$"
 )
-SPEC_SERVER_ONLY = re.compile(r"^(TRINITY_AGENT_AUTH_TOKEN|AGENT_SERVER_.*)$")
-SPEC_CREDENTIAL = re.compile(
+CONTRACT_SERVER_ONLY = re.compile(r"^(TRINITY_AGENT_AUTH_TOKEN|AGENT_SERVER_.*)$")
+CONTRACT_CREDENTIAL = re.compile(
     r"^(ANTHROPIC_API_KEY|ANTHROPIC_AUTH_TOKEN|CLAUDE_CODE_OAUTH_TOKEN|.*_API_KEY|.*_TOKEN"
     r"|.*_SECRET|.*_PASSWORD)$"
 )
@@ -75,7 +75,7 @@ NAMED = (
 )
 names = st.one_of(st.sampled_from(NAMED), st.from_regex(r"[A-Z][A-Z0-9_]{0,10}", fullmatch=True))
 # What a credential override or the per-spawn layer can carry: never a server setting.
-spawn_names = names.filter(lambda n: SPEC_SERVER_ONLY.match(n) is None)
+spawn_names = names.filter(lambda n: CONTRACT_SERVER_ONLY.match(n) is None)
 
 
 def values(layer: str) -> st.SearchStrategy[str]:
@@ -145,13 +145,13 @@ def test_a_protected_name_never_carries_its_dotenv_value(
 ) -> None:
     """`.env` cannot set PATH, LD_*, PYTHON*, exec hooks or server names; each is reported."""
     result = build(baseline, dotenv, overrides, spawn)
-    for name in (n for n in dotenv if SPEC_PROTECTED.match(n)):
+    for name in (n for n in dotenv if CONTRACT_PROTECTED.match(n)):
         assert result.env.get(name) != dotenv[name], name
         assert result.sources.get(name) != "env_file", name
         assert name in result.ignored
     for name, source in result.sources.items():
         if source == "env_file":
-            assert SPEC_PROTECTED.match(name) is None, name
+            assert CONTRACT_PROTECTED.match(name) is None, name
 
 
 @PROPERTY
@@ -161,7 +161,7 @@ def test_server_only_names_never_reach_a_spawn(
 ) -> None:
     """TRINITY_AGENT_AUTH_TOKEN and AGENT_SERVER_* from the process env or `.env` stay out."""
     result = build(baseline, dotenv, overrides, spawn)
-    assert [n for n in result.env if SPEC_SERVER_ONLY.match(n)] == []
+    assert [n for n in result.env if CONTRACT_SERVER_ONLY.match(n)] == []
 
 
 def fingerprint12(value: str) -> str:
@@ -188,7 +188,7 @@ def test_the_drift_report_shows_names_never_values(
     assert "val-" not in report
     layers = [*baseline.items(), *dotenv.items()]
     layers += [(n, v.get_secret_value()) for n, v in overrides.items() if v is not None]
-    credential_values = {v for n, v in layers if SPEC_CREDENTIAL.match(n)}
+    credential_values = {v for n, v in layers if CONTRACT_CREDENTIAL.match(n)}
     for name, value in layers:
         assert value not in report
         if value not in credential_values:

@@ -1,4 +1,4 @@
-"""The redactor and its logging filter (SPEC 8)."""
+"""The redactor and its logging filter (contract §8)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The immutable credential state, the generation, and the store's reload order (SPEC 4)."""
+"""The immutable credential state, the generation, and the store's reload order (contract §4)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`agent-server status` (SPEC 8): the local credential status, printed without a server."""
+"""`agent-server status` (contract §8): the local credential status, printed without a server."""
 
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def local(environ: dict[str, str], secret_registry: SecretRegistry) -> dict[str,
 def test_status_json_names_the_effective_credential_and_the_drift(
     local: dict[str, str], secret_registry: SecretRegistry
 ) -> None:
-    """--json prints SPEC 4's status: the override token wins, the stale .env key is suppressed."""
+    """--json prints the §4 status: the override token wins, the stale .env key is suppressed."""
     done = _status(local, "--json")
     assert done.returncode == 0, done.stderr
     status: dict[str, Any] = json.loads(done.stdout)

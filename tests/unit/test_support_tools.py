@@ -147,7 +147,7 @@ def test_fake_cli_records_session_handling() -> None:
 
 
 def test_fake_cli_replays_a_fixture_with_our_session() -> None:
-    """@scenario replays a shared fixture's events and exit code."""
+    """@scenario replays a reference fixture's events and exit code."""
     done = run_fake("@scenario rate_limit_five_hour_oauth", "--session-id", "s-1")
     assert done.returncode == 1
     stream = events(done.stdout)
