@@ -16,6 +16,7 @@ import uvicorn
 from agent_server.config import Settings
 from agent_server.errors import ConfigError
 from agent_server.execution.registry import Registry
+from agent_server.execution.timings import server_shutdown_timeout
 from agent_server.logs import choose_log_format
 from agent_server.models import CredentialStatus, DriftRow
 
@@ -67,7 +68,7 @@ def _serve() -> int:
         port=settings.port,
         log_config=None,
         # uvicorn's own deadline only backs up the drain: SIGKILL escalation and answers.
-        timeout_graceful_shutdown=math.ceil(settings.shutdown_grace_s) + 10,
+        timeout_graceful_shutdown=math.ceil(server_shutdown_timeout(settings.shutdown_grace_s)),
     )
     _DrainingServer(config, services.registry, settings.shutdown_grace_s).run()
     return 0
@@ -108,15 +109,22 @@ class _DrainingServer(uvicorn.Server):
 
 
 def _status(settings: Settings, *, as_json: bool) -> int:
+    from agent_server.credentials.status import credential_status
     from agent_server.logs import configure_logging
     from agent_server.redaction import Redactor
-    from agent_server.routes.credentials import build_status
     from agent_server.services import Services
 
     redactor = Redactor()
-    # Only problems reach stderr (as redacted JSON); stdout is the status itself.
+    # Only problems reach stderr (redacted); stdout is the status itself.
     configure_logging(redactor, logging.WARNING, settings.log_format)
-    status = build_status(Services.build(settings, redactor, serving=False))
+    services = Services.build(settings, redactor, serving=False)
+    status = credential_status(
+        services.store,
+        services.spawn_envs.read_dotenv(),
+        agent_name=settings.agent_name,
+        runtime=settings.runtime,
+        env_file=settings.env_file,
+    )
     if as_json:
         print(json.dumps(status.model_dump(), indent=2))
     else:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import fields
 
 from pydantic import BaseModel
 from starlette.applications import Starlette
@@ -24,7 +25,7 @@ from agent_server.errors import (
     api_error_codes,
 )
 from agent_server.execution.outcome import ERROR_CODES, ERROR_STATUSES
-from agent_server.execution.runner import enable_child_subreaper, use_pidfd_child_watcher
+from agent_server.execution.process_group import enable_child_subreaper, use_pidfd_child_watcher
 from agent_server.models import (
     ChatRequest,
     CredentialStatus,
@@ -91,7 +92,7 @@ ENDPOINTS = (
     Endpoint(
         "GET",
         "/api/credentials/status",
-        credentials.credential_status,
+        credentials.status,
         "Which credential the next spawn uses, and the .env drift",
         None,
         {200: CredentialStatus},
@@ -160,7 +161,9 @@ def create_app(settings: Settings, services: Services | None = None) -> Starlett
             Exception: _unexpected,
         },
     )
-    app.state.services = services
+    # Each route takes its collaborators from app.state by name (Starlette's idiom).
+    for field in fields(services):
+        setattr(app.state, field.name, getattr(services, field.name))
     app.state.openapi = openapi_document(
         ENDPOINTS, title="agent-server", version=__version__, error_codes=ERROR_CODES_BY_MODEL
     )
@@ -171,7 +174,7 @@ def create_app(settings: Settings, services: Services | None = None) -> Starlett
 async def _api_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ApiError)  # noqa: S101 - registered for ApiError only
     # A message may quote what the client sent (an execution id): it passes the redactor.
-    redactor = request.app.state.services.redactor
+    redactor = request.app.state.redactor
     detail: dict[str, object] = {
         "message": redactor.redact(exc.message),
         "error_code": exc.error_code,

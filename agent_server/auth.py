@@ -16,11 +16,12 @@ from pathlib import Path
 from pydantic import SecretStr
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from agent_server.credentials.override_file import write_secret_file
+from agent_server.names import CONTROLLER_TOKEN_HEADER
+from agent_server.secret_file import write_secret_file
 
 logger = logging.getLogger("agent_server.auth")
 
-HEADER = b"x-trinity-agent-token"
+HEADER = CONTROLLER_TOKEN_HEADER.lower().encode()
 EXEMPT_PATHS = frozenset({"/health", "/metrics"})
 _UNAUTHORIZED = json.dumps({"detail": "Unauthorized"}).encode()
 

@@ -17,15 +17,7 @@ from pydantic import SecretStr
 
 from agent_server.errors import ConfigError
 from agent_server.logs import choose_log_format
-
-RUNTIME_ALIASES = {
-    "claude-code": "claude-code",
-    "claude": "claude-code",
-    "codex": "codex",
-    "gemini-cli": "gemini-cli",
-    "gemini": "gemini-cli",
-}
-DEFAULT_COMMANDS = {"claude-code": "claude", "codex": "codex", "gemini-cli": "gemini"}
+from agent_server.runtimes import RUNTIME_NAMES, adapter_for
 
 
 @dataclass(frozen=True)
@@ -64,11 +56,11 @@ class Settings:
         """
         home = Path(environ.get("HOME") or Path.home())
         runtime_raw = environ.get("AGENT_RUNTIME", "claude-code")
-        runtime = RUNTIME_ALIASES.get(runtime_raw.strip().lower())
+        runtime = RUNTIME_NAMES.get(runtime_raw.strip().lower())
         if runtime is None:
             msg = (
                 f"AGENT_RUNTIME={runtime_raw!r} is not a known runtime "
-                f"(expected one of: {', '.join(sorted(RUNTIME_ALIASES))})"
+                f"(expected one of: {', '.join(sorted(RUNTIME_NAMES))})"
             )
             raise ConfigError(msg)
         state_home = environ.get("XDG_STATE_HOME") or str(home / ".local" / "state")
@@ -77,7 +69,7 @@ class Settings:
             agent_name=environ.get("AGENT_NAME") or socket.gethostname(),
             runtime=runtime,
             runtime_command=environ.get("AGENT_SERVER_RUNTIME_COMMAND")
-            or DEFAULT_COMMANDS[runtime],
+            or adapter_for(runtime).default_command,
             host=environ.get("AGENT_SERVER_HOST", "127.0.0.1"),
             port=_integer(environ, "AGENT_SERVER_PORT", 8000, minimum=0, maximum=65535),
             state_dir=Path(

@@ -1,7 +1,9 @@
 """The wire schemas (pydantic v2): what the controller sends and what it gets back.
 
 Secrets are `SecretStr` from the moment they are parsed. Validation messages never
-echo a value, and `app.py` strips pydantic's `input` from every 422.
+echo a value, and `routes/requests.py` strips pydantic's `input` from every 422.
+The token rule and the execution-id pattern, which the wire shares with the rest of
+the server, live here too; the wire's vocabularies are in `names`.
 """
 
 from __future__ import annotations
@@ -19,23 +21,30 @@ from pydantic import (
     model_validator,
 )
 
+from agent_server.names import AuthOverrideKind, AuthRoute, Layer
+
 MAX_TOKEN_BYTES = 4096
 _UNSAFE_CHARS = re.compile(r"[\s\x00-\x1f\x7f]")
 _ARG_VALUE = r"^[A-Za-z0-9][A-Za-z0-9._:/@\[\]()*,+=-]{0,255}$"
 """A value that goes into argv: never empty, never starting with '-'."""
+EXECUTION_ID_PATTERN = r"^[A-Za-z0-9_-]{1,128}$"
+
+
+def token_problem(value: str) -> str | None:
+    """Why `value` is not a usable token, or None: the one token rule (contract §3, §4.4)."""
+    if not value:
+        return "must not be empty"
+    if _UNSAFE_CHARS.search(value):
+        return "must not contain whitespace or control characters"
+    if len(value.encode()) > MAX_TOKEN_BYTES:
+        return f"must be at most {MAX_TOKEN_BYTES} bytes"
+    return None
 
 
 def _check_secret(value: SecretStr) -> SecretStr:
-    plain = value.get_secret_value()
-    if not plain:
-        msg = "must not be empty"
-        raise ValueError(msg)
-    if _UNSAFE_CHARS.search(plain):
-        msg = "must not contain whitespace or control characters"
-        raise ValueError(msg)
-    if len(plain.encode()) > MAX_TOKEN_BYTES:
-        msg = f"must be at most {MAX_TOKEN_BYTES} bytes"
-        raise ValueError(msg)
+    problem = token_problem(value.get_secret_value())
+    if problem is not None:
+        raise ValueError(problem)
     return value
 
 
@@ -81,7 +90,7 @@ Secret = Annotated[SecretStr, AfterValidator(_check_secret), _SECRET_SCHEMA]
 PromptText = Annotated[str, Field(pattern=r"^[^\x00]*$")]
 """Text that goes into argv: anything but NUL, which no argv element can hold."""
 ArgValue = Annotated[str, Field(pattern=_ARG_VALUE)]
-ExecutionId = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,128}$")]
+ExecutionId = Annotated[str, Field(pattern=EXECUTION_ID_PATTERN)]
 
 
 class _Strict(BaseModel):
@@ -132,7 +141,7 @@ class EffectiveAuth(BaseModel):
     """The credential the next spawn authenticates with."""
 
     variable: str
-    layer: Literal["baseline", "env_file", "override", "per_spawn"]
+    layer: Layer
     fingerprint: str | None
     conflicts: list[str]
 
@@ -146,7 +155,7 @@ class DriftRow(BaseModel):
     equal: bool | None
     overridden_for_spawn: bool
     suppressed_for_spawn: bool
-    spawn_source: Literal["baseline", "env_file", "override", "per_spawn"] | None
+    spawn_source: Layer | None
 
 
 class CredentialStatus(BaseModel):
@@ -169,7 +178,10 @@ class CredentialStatus(BaseModel):
 class Capabilities(BaseModel):
     """What this server can do for the controller."""
 
-    auth_override: list[str]
+    auth_override: list[AuthOverrideKind]
+    """The `auth_override` kinds this runtime takes (none for Codex and Gemini CLI)."""
+    turn_options: list[str]
+    """The optional turn fields this runtime honours; asking for another is a 422."""
     reload_token: bool = True
     credential_status: bool = True
 
@@ -247,7 +259,7 @@ class AuthOverride(_Strict):
         return self
 
     @property
-    def kind(self) -> Literal["oauth_token", "api_key", "provider"]:
+    def kind(self) -> AuthOverrideKind:
         """Which of the three this override is."""
         if self.oauth_token is not None:
             return "oauth_token"
@@ -282,9 +294,6 @@ class ChatRequest(BaseModel):
     system_prompt: PromptText | None = None
     execution_id: ExecutionId | None = None
     auth_override: AuthOverride | None = None
-
-
-AuthRoute = Literal["baseline", "oauth_token", "api_key", "provider"]
 
 
 class TurnMetadata(BaseModel):

@@ -11,7 +11,8 @@ from pydantic.json_schema import models_json_schema
 from starlette.requests import Request
 from starlette.responses import Response
 
-from agent_server.models import ErrorResponse, Unauthorized
+from agent_server.models import EXECUTION_ID_PATTERN, ErrorResponse, Unauthorized
+from agent_server.names import CONTROLLER_TOKEN_HEADER
 
 Handler = Callable[[Request], Awaitable[Response]]
 Answer = type[BaseModel] | tuple[type[BaseModel], ...] | None
@@ -68,7 +69,7 @@ def openapi_document(
                     "name": name,
                     "in": "path",
                     "required": True,
-                    "schema": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,128}$"},
+                    "schema": {"type": "string", "pattern": EXECUTION_ID_PATTERN},
                 }
             ]
         if endpoint.request is not None:
@@ -98,7 +99,7 @@ def openapi_document(
                 "controllerToken": {
                     "type": "apiKey",
                     "in": "header",
-                    "name": "X-Trinity-Agent-Token",
+                    "name": CONTROLLER_TOKEN_HEADER,
                 }
             },
         },

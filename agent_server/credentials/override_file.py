@@ -1,9 +1,7 @@
 """The token override file `$AGENT_SERVER_STATE_DIR/oauth-token` (contract §3).
 
-Written like consul-template's AtomicWrite, but never create-then-chmod: the temp
-file is born 0600 with O_EXCL|O_NOFOLLOW in the same directory, synced, renamed over
-the target, and the directory synced. A crash at any instant leaves either the old
-complete token or the new complete token. Unsafe places are refused, never followed.
+It is written by `secret_file.write_secret_file` (0600, crash-safe, never through a
+symlink) and read back at boot, refusing what reload-token would refuse.
 """
 
 from __future__ import annotations
@@ -12,25 +10,19 @@ import contextlib
 import errno
 import logging
 import os
-import re
-import secrets
 import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import SecretStr
 
+from agent_server.models import MAX_TOKEN_BYTES, token_problem
+from agent_server.secret_file import UnsafeLocation, check_dir, write_secret_file
+
 logger = logging.getLogger("agent_server.override_file")
 
-_CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
-MAX_TOKEN_BYTES = 4096
 _READ_LIMIT = MAX_TOKEN_BYTES + 64  # room for hand-added blanks around the token
-_UNSAFE_CHARS = re.compile(r"[\s\x00-\x1f\x7f]")
-
-
-class UnsafeLocation(OSError):
-    """The target is a symlink, or the state dir is writable by group or others."""
 
 
 @dataclass(frozen=True)
@@ -41,55 +33,6 @@ class FileInfo:
     mode: str | None = None
     size: int | None = None
     mtime: float | None = None
-
-
-def write_secret_file(path: Path, value: str) -> None:
-    """Write `value` to `path` crash-safely at mode 0600, whatever the umask.
-
-    Raises OSError (UnsafeLocation for a symlinked target or an open state dir);
-    on any failure the target is untouched and no temp file is left.
-    """
-    check_dir(path.parent)
-    if path.is_symlink():
-        msg = f"refusing to write through a symlink at {path}"
-        raise UnsafeLocation(msg)
-    tmp = path.with_name(f"{path.name}.tmp.{secrets.token_hex(8)}")
-    fd = os.open(tmp, _CREATE_FLAGS, 0o600)
-    try:
-        try:
-            os.fchmod(fd, 0o600)  # the mode at creation already is; keep it explicit
-            data = value.encode()
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.rename(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    _fsync_dir(path.parent)
-
-
-def check_dir(directory: Path) -> None:
-    """Refuse a state dir that is a symlink target's stand-in or writable by others."""
-    st = os.stat(directory)
-    if not stat.S_ISDIR(st.st_mode):
-        msg = f"{directory} is not a directory"
-        raise UnsafeLocation(msg)
-    if st.st_mode & 0o022:
-        msg = f"state dir {directory} is writable by group or others (mode {st.st_mode & 0o777:o})"
-        raise UnsafeLocation(msg)
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class OverrideFile:
@@ -129,11 +72,7 @@ class OverrideFile:
             raw = handle.read(_READ_LIMIT + 1)
         token = raw.decode("utf-8", errors="strict").strip()
         # Never hand a spawn a truncated or mangled token: refuse what reload-token would.
-        if (
-            len(raw) > _READ_LIMIT
-            or len(token.encode()) > MAX_TOKEN_BYTES
-            or _UNSAFE_CHARS.search(token)
-        ):
+        if len(raw) > _READ_LIMIT or (token and token_problem(token) is not None):
             msg = f"{self.path} does not hold a single token of at most {MAX_TOKEN_BYTES} bytes"
             raise OSError(errno.EINVAL, msg)
         return SecretStr(token) if token else None

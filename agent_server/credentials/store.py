@@ -17,7 +17,8 @@ from agent_server.credentials.guard import arm_subscription_auth_guard, pin_prov
 from agent_server.credentials.override_file import OverrideFile
 from agent_server.credentials.state import CredentialState, next_generation
 from agent_server.errors import GenerationMismatch, PersistFailed
-from agent_server.spawn_env.layers import CLAUDE_OAUTH, SUBSCRIPTION_SHADOW_KEYS, Overrides
+from agent_server.names import CLAUDE_OAUTH, SUBSCRIPTION_SHADOW_KEYS
+from agent_server.spawn_env.layers import Overrides
 
 logger = logging.getLogger("agent_server.credentials")
 
@@ -48,14 +49,16 @@ class CredentialStore:
     @classmethod
     def boot(
         cls,
-        runtime: str,
+        claude_credentials: bool,
         baseline: Mapping[str, str],
         override_file: OverrideFile,
         on_change: Callable[[CredentialState], None] = lambda _state: None,
         *,
         prepare: bool = True,
     ) -> CredentialStore:
-        """Load the override file and arm the boot guards (contract §3, §4).
+        """Load the override file and arm the boot guards (contract §3, §4.3).
+
+        `claude_credentials`: the runtime authenticates with Claude credentials.
 
         `prepare=False` (a read-only look, e.g. `agent-server status` next to a running
         server) neither creates the state dir nor removes temp files a live write may own.
@@ -68,8 +71,8 @@ class CredentialStore:
         except (OSError, UnicodeDecodeError) as exc:
             logger.error("ignoring the token override file %s: %s", override_file.path, exc)
         overrides: dict[str, SecretStr | None] = {}
-        overrides.update(arm_subscription_auth_guard(runtime, baseline, token))
-        overrides.update(pin_provider(runtime, baseline))
+        overrides.update(arm_subscription_auth_guard(claude_credentials, baseline, token))
+        overrides.update(pin_provider(claude_credentials, baseline))
         if token is not None:
             overrides[CLAUDE_OAUTH] = token
         state = CredentialState.create(baseline, overrides, next_generation())

@@ -11,7 +11,7 @@ import logging
 import re
 from pathlib import Path
 
-from agent_server.credentials.override_file import write_secret_file
+from agent_server.secret_file import write_secret_file
 
 logger = logging.getLogger("agent_server.chat")
 

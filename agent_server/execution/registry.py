@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from agent_server.errors import Busy, ExecutionInProgress, NotFound
-from agent_server.models import AuthRoute
+from agent_server.execution.timings import SHUTDOWN_MARGIN_S
+from agent_server.names import AuthRoute
 
 logger = logging.getLogger("agent_server.registry")
 
@@ -109,6 +110,6 @@ class Registry:
                 execution.shut_down = True
                 execution.cancel.set()
         if late:
-            await asyncio.wait(late, timeout=30)
+            await asyncio.wait(late, timeout=SHUTDOWN_MARGIN_S)
         for task in pending:
             task.cancel()

@@ -20,12 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import logging
-import os
 import signal
 import subprocess
-import sys
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,19 +30,27 @@ from typing import Any, cast
 
 import anyio
 
-from agent_server.execution.stream import ProcessFacts
+from agent_server.execution.process_group import ProcessGroup
+from agent_server.execution.timings import KILL_GRACE_S, PIPE_CLOSE_S, PIPE_DRAIN_S
 
 logger = logging.getLogger(__name__)
 
-# How long to wait for stdout/stderr EOF once the group is dead: only a process that
-# left the group (setsid) can hold the pipes longer, and it must not hang the turn.
-_DRAIN_TIMEOUT_S = 2.0
-# Bound on waiting for a killed group's members to disappear (reaping included).
-_REAP_TIMEOUT_S = 2.0
-_REAP_POLL_S = 0.01
-_PR_SET_CHILD_SUBREAPER = 36
-
 _SPAWN_ERRORS = (FileNotFoundError, PermissionError, NotADirectoryError)
+
+
+@dataclass(frozen=True)
+class ProcessFacts:
+    """What the runner knows about how the process ended, beside its stream."""
+
+    exit_code: int | None
+    """Exit status as asyncio reports it: negative for a signal, None if never spawned."""
+    stderr: str = ""
+    """A bounded tail of stderr (decoded; the caller redacts it)."""
+    timed_out: bool = False
+    terminated: bool = False
+    """Terminated through the terminate route (or the client went away)."""
+    spawn_failed: bool = False
+    """The runtime command is missing or not executable."""
 
 
 @dataclass(frozen=True)
@@ -54,45 +59,6 @@ class ProcessResult:
 
     facts: ProcessFacts
     pid: int | None
-
-
-def enable_child_subreaper() -> bool:
-    """Make this process the reaper of its orphaned descendants (Linux `prctl`).
-
-    A grandchild whose parent died is re-parented to the nearest subreaper, else to
-    PID 1; an init that does not reap (or none, in a bare container) leaves killed
-    grandchildren as zombies forever. As subreaper, `run_process` reaps them itself.
-    Call once at boot; unnecessary when this process is PID 1. Returns False where
-    unsupported.
-    """
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        result = int(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0))
-    except (OSError, AttributeError):
-        return False
-    return result == 0
-
-
-def use_pidfd_child_watcher() -> bool:
-    """On Python 3.11, learn of a child's exit through a pidfd, not a thread per spawn.
-
-    3.11's default child watcher starts one thread per spawn and blocks the event
-    loop until that thread runs (about 0.7 ms a turn here, serialised across
-    parallel turns); 3.12 and newer choose the pidfd watcher themselves and
-    deprecate setting one. Call from the running loop; True when installed.
-    """
-    if sys.version_info >= (3, 12) or not hasattr(os, "pidfd_open"):
-        return False
-    try:
-        os.close(os.pidfd_open(os.getpid()))
-    except OSError:
-        return False  # a kernel or sandbox without pidfd: keep the threaded watcher
-    watcher = asyncio.PidfdChildWatcher()
-    watcher.attach_loop(asyncio.get_running_loop())
-    asyncio.set_child_watcher(watcher)
-    return True
 
 
 async def run_process(
@@ -104,7 +70,7 @@ async def run_process(
     timeout_s: float,
     on_line: Callable[[bytes], None],
     cancel: asyncio.Event,
-    kill_grace_s: float = 3.0,
+    kill_grace_s: float = KILL_GRACE_S,
     max_line_bytes: int = 16 * 1024 * 1024,
     stderr_tail_bytes: int = 64 * 1024,
     on_spawn: Callable[[int], None] | None = None,
@@ -122,6 +88,7 @@ async def run_process(
       leader and the group's members that are our children before returning (or
       before re-raising the cancellation).
     - `facts.stderr` is the last `stderr_tail_bytes` of stderr, not yet redacted.
+    - `on_spawn` gets the leader's pid (= its process group id) once it runs.
     """
     if not argv:
         msg = "argv must name a command"
@@ -146,7 +113,7 @@ async def run_process(
 
     pid = transport.get_pid()
     # start_new_session makes the leader the leader of a new group: pgid == pid.
-    turn = _Turn(transport, protocol, pgid=pid, kill_grace_s=kill_grace_s)
+    turn = _Turn(transport, protocol, ProcessGroup(pid), kill_grace_s=kill_grace_s)
     deadline = loop.time() + timeout_s
     try:
         if on_spawn is not None:
@@ -302,19 +269,19 @@ class _TurnProtocol(asyncio.SubprocessProtocol):
 
 
 class _Turn:
-    """One spawned process group: how to wait for its end, kill it, and reap it."""
+    """One spawned CLI: how to wait for its end, and how to end it leaving nothing behind."""
 
     def __init__(
         self,
         transport: asyncio.SubprocessTransport,
         protocol: _TurnProtocol,
+        group: ProcessGroup,
         *,
-        pgid: int,
         kill_grace_s: float,
     ) -> None:
         self._transport = transport
         self._protocol = protocol
-        self._pgid = pgid
+        self._group = group
         self._grace = kill_grace_s
 
     async def wait_for_ending(self, deadline: float, cancel: asyncio.Event) -> str:
@@ -346,56 +313,19 @@ class _Turn:
 
     async def kill(self) -> None:
         """SIGTERM the group, give the leader the grace, SIGKILL the group, reap all."""
-        _signal_group(self._pgid, signal.SIGTERM)
+        self._group.signal(signal.SIGTERM)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._protocol.exited.wait(), self._grace)
         # Unconditional: members that ignore SIGTERM outlive a leader that obeyed it.
-        _signal_group(self._pgid, signal.SIGKILL)
+        self._group.signal(signal.SIGKILL)
         await self._protocol.exited.wait()  # the child watcher has reaped the leader
-        await self._reap_group()
+        await self._group.reap()
         await self._drain_and_close()
 
     async def finish_after_exit(self) -> None:
         """After the leader exited on its own: kill and reap what is left, read the rest."""
-        await self._reap_group()
+        await self._group.reap()
         await self._drain_and_close()
-
-    async def _reap_group(self) -> None:
-        """SIGKILL the group until it is empty, reaping the members that are our children.
-
-        Grandchildren orphaned by the leader's death are re-parented to us when we
-        are PID 1 or a subreaper (`enable_child_subreaper`); asyncio reaps only the
-        leader, so their zombies are ours to collect.
-        """
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + _REAP_TIMEOUT_S
-        me = os.getpid()
-        while True:
-            try:
-                os.killpg(self._pgid, 0)
-            except ProcessLookupError:
-                return  # the group is empty: nothing survived, no zombie left
-            except PermissionError:
-                return  # what is left is not ours to signal
-            _signal_group(self._pgid, signal.SIGKILL)
-            members = _group_members(self._pgid)
-            member_pids = {member.pid for member in members}
-            pending = False
-            for member in members:
-                if member.state != "Z":
-                    pending = True  # SIGKILLed above; wait for it to die
-                elif member.ppid == me:
-                    _reap(member.pid)
-                    pending = True  # re-check the group after reaping
-                elif member.ppid in member_pids:
-                    pending = True  # its dying parent reaps it or hands it to us
-                # Else a zombie of a parent outside the group: not ours to reap.
-            if not pending:
-                return
-            if loop.time() >= deadline:
-                logger.warning("process group %d still has members after SIGKILL", self._pgid)
-                return
-            await asyncio.sleep(_REAP_POLL_S)
 
     async def _drain_and_close(self) -> None:
         """Read stdout/stderr to EOF (bounded), then release the pipes."""
@@ -403,55 +333,13 @@ class _Turn:
         try:
             await asyncio.wait_for(
                 asyncio.gather(protocol.stdout_closed.wait(), protocol.stderr_closed.wait()),
-                _DRAIN_TIMEOUT_S,
+                PIPE_DRAIN_S,
             )
         except TimeoutError:
             logger.warning(
                 "pipes of process group %d held open outside the group; closing them",
-                self._pgid,
+                self._group.pgid,
             )
         self._transport.close()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(protocol.closed.wait(), _DRAIN_TIMEOUT_S)
-
-
-@dataclass(frozen=True)
-class _Member:
-    pid: int
-    state: str
-    ppid: int
-
-
-def _group_members(pgid: int) -> list[_Member]:
-    """The processes of group `pgid`, from /proc (empty where /proc is absent)."""
-    members: list[_Member] = []
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return members
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as stat_file:
-                stat = stat_file.read()
-        except OSError:
-            continue  # exited meanwhile
-        # The command name may hold spaces and parentheses: split after the last ')'.
-        fields = stat.rpartition(b")")[2].split()
-        if len(fields) < 3 or int(fields[2]) != pgid:
-            continue
-        members.append(_Member(pid=int(entry), state=fields[0].decode(), ppid=int(fields[1])))
-    return members
-
-
-def _signal_group(pgid: int, signum: signal.Signals) -> None:
-    """Signal the whole group; an already empty group is fine."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signum)
-
-
-def _reap(pid: int) -> None:
-    """Collect one zombie child of ours (someone else may have been faster)."""
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(pid, os.WNOHANG)
+            await asyncio.wait_for(protocol.closed.wait(), PIPE_CLOSE_S)

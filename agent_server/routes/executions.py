@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from agent_server.execution.outcome import OutcomeKind
-from agent_server.execution.turn import TurnAnswer, TurnAsk, run_turn
+from agent_server.execution.answer import TurnAnswer
+from agent_server.execution.chat_session import ChatSession
+from agent_server.execution.registry import Registry
+from agent_server.execution.turn import TurnAsk, TurnRunner
 from agent_server.models import (
     ChatRequest,
     ParallelTaskRequest,
@@ -17,52 +20,56 @@ from agent_server.models import (
     RunningExecutions,
     TerminateResponse,
 )
+from agent_server.names import OutcomeKind
 from agent_server.routes.requests import parse_json
-from agent_server.services import Services
+
+logger = logging.getLogger("agent_server.executions")
 
 
 async def task(request: Request) -> JSONResponse:
     """Run one stateless turn (a fresh session unless `resume_session_id`)."""
-    services: Services = request.app.state.services
     body = await parse_json(request, ParallelTaskRequest)
+    if body.async_result:
+        # Accepted for the controller's sake; this server answers every turn in-line.
+        logger.info("async_result asked: the turn is answered synchronously")
     ask = TurnAsk(
         message=body.message,
         execution_id=body.execution_id,
         model=body.model,
         system_prompt=body.system_prompt,
-        allowed_tools=tuple(body.allowed_tools) if body.allowed_tools else None,
+        allowed_tools=tuple(body.allowed_tools) if body.allowed_tools is not None else None,
         max_turns=body.max_turns,
         timeout_s=body.timeout_seconds,
         resume_session_id=body.resume_session_id,
         persist_session=body.persist_session,
         auth_override=body.auth_override,
     )
-    return _respond(await _run_watched(request, services, ask))
+    return _respond(await _run_watched(request, ask))
 
 
 async def chat(request: Request) -> JSONResponse:
     """One turn of the agent's chat: serialised, resuming its session across credentials."""
-    services: Services = request.app.state.services
+    session: ChatSession = request.app.state.chat
     body = await parse_json(request, ChatRequest)
-    async with services.chat.lock:
+    async with session.lock:
         ask = TurnAsk(
             message=body.message,
             execution_id=body.execution_id,
             model=body.model,
             system_prompt=body.system_prompt,
-            resume_session_id=services.chat.current(),
+            resume_session_id=session.current(),
             auth_override=body.auth_override,
             reset_unknown_session=True,
         )
-        answer = await _run_watched(request, services, ask)
+        answer = await _run_watched(request, ask)
         if answer.outcome.kind is OutcomeKind.SUCCESS and answer.session_id:
-            services.chat.remember(answer.session_id)
+            session.remember(answer.session_id)
     return _respond(answer)
 
 
 async def running(request: Request) -> JSONResponse:
     """The turns in flight and the ids that finished recently."""
-    services: Services = request.app.state.services
+    registry: Registry = request.app.state.registry
     body = RunningExecutions(
         executions=[
             RunningExecution(
@@ -71,26 +78,27 @@ async def running(request: Request) -> JSONResponse:
                 auth_route=e.auth_route,
                 generation=e.generation,
             )
-            for e in services.registry.running()
+            for e in registry.running()
         ],
-        recently_completed_ids=services.registry.recently_completed(),
+        recently_completed_ids=registry.recently_completed(),
     )
     return JSONResponse(body.model_dump())
 
 
 async def terminate(request: Request) -> JSONResponse:
     """Kill a running turn's process group; that turn answers `cancelled`."""
-    services: Services = request.app.state.services
-    status = services.registry.terminate(request.path_params["execution_id"])
+    registry: Registry = request.app.state.registry
+    status = registry.terminate(request.path_params["execution_id"])
     return JSONResponse(TerminateResponse(status=status).model_dump())
 
 
-async def _run_watched(request: Request, services: Services, ask: TurnAsk) -> TurnAnswer:
+async def _run_watched(request: Request, ask: TurnAsk) -> TurnAnswer:
     """Run the turn while watching the connection: a client that leaves cancels it."""
+    turns: TurnRunner = request.app.state.turns
     gone = asyncio.Event()
     watcher = asyncio.create_task(_watch_disconnect(request, gone))
     try:
-        return await run_turn(services, ask, gone)
+        return await turns.run(ask, gone)
     finally:
         watcher.cancel()
         with contextlib.suppress(asyncio.CancelledError):

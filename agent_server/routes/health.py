@@ -1,4 +1,4 @@
-"""`GET /health` (contract §8): no auth, no secrets, always 200 while serving."""
+"""`GET /health` and `GET /metrics` (contract §8): no auth, no secrets."""
 
 from __future__ import annotations
 
@@ -9,11 +9,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from agent_server import __version__
-from agent_server.metrics import CONTENT_TYPE
+from agent_server.config import Settings
+from agent_server.execution.registry import Registry
+from agent_server.metrics import CONTENT_TYPE, Metrics
 from agent_server.models import Capabilities, Health
-from agent_server.services import Services
-
-AUTH_OVERRIDE_KINDS = ["oauth_token", "api_key", "provider"]
+from agent_server.names import AUTH_OVERRIDE_KINDS
+from agent_server.runtimes.base import TURN_OPTIONS, RuntimeAdapter
 
 
 def runtime_available(command: str) -> bool:
@@ -25,8 +26,9 @@ def runtime_available(command: str) -> bool:
 
 async def health(request: Request) -> JSONResponse:
     """Liveness and readiness: the body says what is wrong, the status stays 200."""
-    services: Services = request.app.state.services
-    settings = services.settings
+    settings: Settings = request.app.state.settings
+    adapter: RuntimeAdapter = request.app.state.adapter
+    registry: Registry = request.app.state.registry
     available = runtime_available(settings.runtime_command)
     body = Health(
         status="ok" if available else "degraded",
@@ -34,10 +36,11 @@ async def health(request: Request) -> JSONResponse:
         runtime=settings.runtime,
         runtime_available=available,
         version=__version__,
-        active_executions=services.active_executions(),
-        auth="insecure" if services.controller_token is None else "token",
+        active_executions=len(registry),
+        auth="insecure" if request.app.state.controller_token is None else "token",
         capabilities=Capabilities(
-            auth_override=AUTH_OVERRIDE_KINDS if services.supports_auth_override else []
+            auth_override=list(AUTH_OVERRIDE_KINDS) if adapter.supports_auth_override else [],
+            turn_options=[name for name in TURN_OPTIONS if name in adapter.honours],
         ),
     )
     return JSONResponse(body.model_dump())
@@ -45,5 +48,5 @@ async def health(request: Request) -> JSONResponse:
 
 async def metrics(request: Request) -> Response:
     """Prometheus text exposition (no auth, no secrets)."""
-    services: Services = request.app.state.services
-    return Response(services.metrics.render(), media_type=CONTENT_TYPE)
+    registry: Metrics = request.app.state.metrics
+    return Response(registry.render(), media_type=CONTENT_TYPE)

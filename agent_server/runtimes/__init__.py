@@ -7,12 +7,13 @@ from agent_server.runtimes.claude_code import ClaudeCodeAdapter
 from agent_server.runtimes.codex import CodexAdapter
 from agent_server.runtimes.gemini import GeminiAdapter
 
+ADAPTERS: tuple[RuntimeAdapter, ...] = (ClaudeCodeAdapter(), CodexAdapter(), GeminiAdapter())
+RUNTIME_NAMES: dict[str, str] = {
+    spelling: adapter.name for adapter in ADAPTERS for spelling in (adapter.name, *adapter.aliases)
+}
+"""Every spelling `AGENT_RUNTIME` accepts -> the canonical runtime name."""
+
 
 def adapter_for(runtime: str) -> RuntimeAdapter:
     """The adapter of a canonical runtime name (`Settings` has checked it)."""
-    adapters: dict[str, RuntimeAdapter] = {
-        "claude-code": ClaudeCodeAdapter(),
-        "codex": CodexAdapter(),
-        "gemini-cli": GeminiAdapter(),
-    }
-    return adapters[runtime]
+    return next(adapter for adapter in ADAPTERS if adapter.name == runtime)

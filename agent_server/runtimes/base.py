@@ -1,17 +1,30 @@
 """The runtime adapter protocol: how one agent CLI is spawned and read.
 
-An adapter knows three things about its CLI: the argv of one turn (the prompt goes
-on stdin, never argv), how to parse its stdout stream into a `TurnStream`, and
-whether it can take a Claude credential override. Everything else (process groups,
-env layering, classification, HTTP) is shared.
+An adapter owns every fact about its CLI: its names and default command, the argv
+of one turn (the prompt goes on stdin, never argv), which optional turn fields it
+honours, how to parse its stdout into a `TurnStream`, whether it can take a Claude
+credential, and what its errors look like beyond the stream (`OutcomeHints`).
+Everything else (process groups, env layering, classification, HTTP) is shared.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Protocol
 
-from agent_server.execution.stream import TurnStream
+from agent_server.names import OutcomeKind
+from agent_server.runtimes.stream import TurnStream
+
+TURN_OPTIONS = (
+    "model",
+    "system_prompt",
+    "allowed_tools",
+    "max_turns",
+    "resume_session_id",
+    "persist_session",
+)
+"""The optional turn fields a runtime may honour (contract §6.1)."""
 
 
 @dataclass(frozen=True)
@@ -25,10 +38,26 @@ class TurnSpec:
     allowed_tools: tuple[str, ...] | None = None
     max_turns: int | None = None
     resume_session_id: str | None = None
-    """Continue this session (`--resume`)."""
+    """Continue this session."""
     new_session_id: str | None = None
-    """Start a session with this id (`--session-id`), when not resuming."""
+    """Start a session with this id, when not resuming (only `assigns_session_id` CLIs)."""
     persist_session: bool = True
+
+
+@dataclass(frozen=True)
+class OutcomeHints:
+    """What the outcome table must know about one CLI beyond its parsed stream."""
+
+    label: str
+    """Human name used in messages, e.g. `Claude Code`."""
+    exit_codes: Mapping[int, OutcomeKind] = field(default_factory=dict)
+    """Exit statuses that name a cause by themselves."""
+    permission_refusals: Mapping[str, str] = field(default_factory=dict)
+    """stderr marker -> what it means: the CLI refused the permission mode (row 1)."""
+    model_rejection_markers: tuple[str, ...] = ()
+    """stderr markers of an unknown model id, believed only when nothing was used (row 5)."""
+    unknown_session_markers: tuple[str, ...] = ()
+    """Error text (lower case) saying the session to resume does not exist."""
 
 
 class StreamParser(Protocol):
@@ -42,15 +71,23 @@ class StreamParser(Protocol):
 
 
 class RuntimeAdapter(Protocol):
-    """One agent CLI: its argv, its stream parser, and what it supports."""
+    """One agent CLI: its names, argv, stream parser, and what it supports."""
 
     name: str
     """The canonical runtime name: `claude-code`, `codex` or `gemini-cli`."""
-    label: str
-    """Human name used in messages, e.g. `Claude Code`."""
+    aliases: tuple[str, ...]
+    """Other spellings `AGENT_RUNTIME` accepts."""
+    default_command: str
+    """The executable when `AGENT_SERVER_RUNTIME_COMMAND` is unset."""
+    hints: OutcomeHints
     supports_auth_override: bool
+    """True when the CLI authenticates with Claude credentials (and so takes an override)."""
     reports_permission_mode: bool
     """True when the CLI's init event reports the permission mode it runs under."""
+    assigns_session_id: bool
+    """True when a new session's id is chosen by us and passed on argv."""
+    honours: frozenset[str]
+    """The optional turn fields (of `TURN_OPTIONS`) this CLI takes."""
 
     def argv(self, command: str, turn: TurnSpec) -> list[str]:
         """The full argv of one turn (the prompt is never in it)."""

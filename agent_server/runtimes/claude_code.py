@@ -11,16 +11,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent_server.execution.stream import TurnStream
-from agent_server.runtimes.base import StreamParser, TurnSpec
+from agent_server.runtimes.base import TURN_OPTIONS, OutcomeHints, StreamParser, TurnSpec
 from agent_server.runtimes.events import (
-    MAX_ASSISTANT_TEXT_CHARS,
     add_error_text,
     as_float,
     as_int,
     as_str,
     decode_event,
 )
+from agent_server.runtimes.stream import TurnStream
 
 __all__ = ["ClaudeCodeAdapter", "ClaudeStreamParser"]
 
@@ -34,7 +33,6 @@ class ClaudeStreamParser:
 
     def __init__(self) -> None:
         self.stream = TurnStream()
-        self._assistant_chars = 0
 
     def feed(self, line: bytes) -> bool:
         """Parse one stdout line; True when it is the final `result` event."""
@@ -71,10 +69,7 @@ class ClaudeStreamParser:
         is_api_error = bool(event.get("is_api_error_message")) or event.get("error") is not None
         if not is_api_error:
             for text in texts:
-                if self._assistant_chars + len(text) > MAX_ASSISTANT_TEXT_CHARS:
-                    break
-                self._assistant_chars += len(text)
-                self.stream.assistant_text.append(text)
+                self.stream.add_assistant_text(text)
             return
         # An API-error message is the CLI talking about the API, not the model's prose.
         stream = self.stream
@@ -152,12 +147,25 @@ class ClaudeCodeAdapter:
     """Claude Code: takes a per-spawn Claude credential and reports its permission mode."""
 
     name = "claude-code"
-    label = "Claude Code"
+    aliases: tuple[str, ...] = ("claude",)
+    default_command = "claude"
+    hints = OutcomeHints(
+        label="Claude Code",
+        # As root without IS_SANDBOX=1 it refuses to skip permission prompts, exit 1.
+        permission_refusals={
+            "cannot be used with root/sudo privileges": "Claude Code refuses to skip permission "
+            "prompts as root (run as a non-root user or set IS_SANDBOX=1)"
+        },
+        model_rejection_markers=("[claude-code:unrecognized_model]",),
+        unknown_session_markers=("no conversation found with session id",),
+    )
     supports_auth_override = True
     reports_permission_mode = True
+    assigns_session_id = True
+    honours = frozenset(TURN_OPTIONS)
 
     def argv(self, command: str, turn: TurnSpec) -> list[str]:
-        """`claude --print --output-format stream-json --verbose --permission-mode …` (§6)."""
+        """`claude --print --output-format stream-json --verbose --permission-mode …` (§6.3)."""
         argv = [
             command,
             "--print",

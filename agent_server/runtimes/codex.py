@@ -1,5 +1,10 @@
 """Codex: `codex exec --json … -`, prompt on stdin.
 
+It honours `model` (`--model`), `resume_session_id` (`resume <id>`) and
+`persist_session: false` (`--ephemeral`); Codex has no flag for an appended system
+prompt, a tool allow-list or a turn cap, so a turn asking for one is refused.
+
+
 `codex exec -` reads the prompt from stdin (never argv, where `ps` would show it).
 Its JSONL events: `thread.started` (the session id), `item.completed` (an
 `agent_message` is the model's reply), `turn.completed` (usage: the turn served),
@@ -12,15 +17,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent_server.execution.stream import TurnStream
-from agent_server.runtimes.base import StreamParser, TurnSpec
-from agent_server.runtimes.events import (
-    MAX_ASSISTANT_TEXT_CHARS,
-    add_error_text,
-    as_int,
-    as_str,
-    decode_event,
-)
+from agent_server.runtimes.base import OutcomeHints, StreamParser, TurnSpec
+from agent_server.runtimes.events import add_error_text, as_int, as_str, decode_event
+from agent_server.runtimes.stream import TurnStream
 
 __all__ = ["CodexAdapter", "CodexStreamParser"]
 
@@ -33,7 +32,6 @@ class CodexStreamParser:
 
     def __init__(self) -> None:
         self.stream = TurnStream()
-        self._assistant_chars = 0
 
     def feed(self, line: bytes) -> bool:
         """Parse one stdout line; True on `turn.completed` or `turn.failed`."""
@@ -76,9 +74,7 @@ class CodexStreamParser:
         text = as_str(item.get("text"))
         if item_type in _MESSAGE_ITEM_TYPES and text is not None:
             self.stream.result_text = text
-            if self._assistant_chars + len(text) <= MAX_ASSISTANT_TEXT_CHARS:
-                self._assistant_chars += len(text)
-                self.stream.assistant_text.append(text)
+            self.stream.add_assistant_text(text)
         elif item_type == "error":
             add_error_text(self.stream, _message(item))
 
@@ -91,12 +87,16 @@ class CodexAdapter:
     """Codex: authenticates with its own login; takes no Claude credential override."""
 
     name = "codex"
-    label = "Codex"
+    aliases: tuple[str, ...] = ()
+    default_command = "codex"
+    hints = OutcomeHints(label="Codex")
     supports_auth_override = False
     reports_permission_mode = False
+    assigns_session_id = False
+    honours = frozenset({"model", "resume_session_id", "persist_session"})
 
     def argv(self, command: str, turn: TurnSpec) -> list[str]:
-        """`codex exec --json [--model m] --skip-git-repo-check [resume <id>] -`.
+        """`codex exec --json [--model m] --skip-git-repo-check [--ephemeral] [resume <id>] -`.
 
         The exec flags go before the `resume` subcommand; the trailing `-` makes
         Codex read the prompt from stdin in both forms.
@@ -105,6 +105,8 @@ class CodexAdapter:
         if turn.model:
             argv += ["--model", turn.model]
         argv.append("--skip-git-repo-check")
+        if not turn.persist_session:
+            argv.append("--ephemeral")
         if turn.resume_session_id:
             argv += ["resume", turn.resume_session_id]
         argv.append("-")

@@ -9,13 +9,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agent_server.execution.stream import TurnStream
+from agent_server.runtimes.stream import TurnStream
 
 # One error text is enough to classify and to show; a runaway one must not grow memory.
 MAX_ERROR_TEXT_CHARS = 4096
 MAX_ERROR_TEXTS = 32
-# The prose is kept for the response when no result text came; bounded all the same.
-MAX_ASSISTANT_TEXT_CHARS = 1_048_576
 
 
 def decode_event(line: bytes) -> dict[str, Any] | None:

@@ -1,4 +1,8 @@
-"""Gemini CLI: `gemini --output-format stream-json [--model m] --yolo`, prompt on stdin.
+"""Gemini CLI: `gemini --output-format stream-json [--model m] [--resume id] --yolo`.
+
+It honours `model` (`--model`) and `resume_session_id` (`--resume <session uuid>`);
+it has no flag for an appended system prompt, a turn cap or a session kept off disk,
+and `--yolo` already allows every tool, so a turn asking for one of those is refused.
 
 With stdin not a terminal and no prompt flag, Gemini CLI runs non-interactively and
 reads the prompt from stdin (never argv, where `ps` would show it). Its stream-json
@@ -8,8 +12,8 @@ or error text), and the final `result` (`status`, `error: {type, message}`, `sta
 Its API errors quote Google's JSON bodies, e.g.
 `{"error":{"code":429,"message":"…","status":"RESOURCE_EXHAUSTED"}}`: the numeric
 code becomes `api_error_status` and the status `api_error_type`, which the classifier
-reads as structured facts. Its exit codes (41 auth, 42 input, 53 turn limit) are read
-by the classifier too.
+reads as structured facts. Its exit codes 41 (auth) and 53 (turn limit) are hints to
+the classifier too.
 """
 
 from __future__ import annotations
@@ -17,16 +21,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from agent_server.execution.stream import TurnStream
-from agent_server.runtimes.base import StreamParser, TurnSpec
-from agent_server.runtimes.events import (
-    MAX_ASSISTANT_TEXT_CHARS,
-    add_error_text,
-    as_float,
-    as_int,
-    as_str,
-    decode_event,
-)
+from agent_server.names import OutcomeKind
+from agent_server.runtimes.base import OutcomeHints, StreamParser, TurnSpec
+from agent_server.runtimes.events import add_error_text, as_float, as_int, as_str, decode_event
+from agent_server.runtimes.stream import TurnStream
 
 __all__ = ["GeminiAdapter", "GeminiStreamParser", "error_body_facts"]
 
@@ -49,8 +47,6 @@ class GeminiStreamParser:
 
     def __init__(self) -> None:
         self.stream = TurnStream()
-        self._assistant_chars = 0
-        self._reply: list[str] = []
 
     def feed(self, line: bytes) -> bool:
         """Parse one stdout line; True for the final `result` event."""
@@ -63,7 +59,8 @@ class GeminiStreamParser:
             stream.session_id = as_str(event.get("session_id")) or stream.session_id
             stream.model = as_str(event.get("model")) or stream.model
         elif kind == "message" and event.get("role") == "assistant":
-            self._assistant(as_str(event.get("content")))
+            # Deltas are fragments of one reply: kept whole, joined for the result text.
+            stream.add_assistant_text(as_str(event.get("content")) or "")
         elif kind == "error":
             # `severity: warning` is noise the CLI recovered from; it is kept on the
             # error channel anyway, since it only counts when the turn fails.
@@ -72,14 +69,6 @@ class GeminiStreamParser:
             self._result(event)
             return True
         return False
-
-    def _assistant(self, text: str | None) -> None:
-        if text is None or self._assistant_chars + len(text) > MAX_ASSISTANT_TEXT_CHARS:
-            return
-        self._assistant_chars += len(text)
-        # Deltas are fragments of one reply: kept whole, joined for the result text.
-        self._reply.append(text)
-        self.stream.assistant_text.append(text)
 
     def _error_text(self, text: str | None) -> None:
         if text is None:
@@ -95,7 +84,7 @@ class GeminiStreamParser:
         stream = self.stream
         stream.has_result = True
         stream.is_error = event.get("status") == "error"
-        stream.result_text = "".join(self._reply) or None
+        stream.result_text = "".join(stream.assistant_text) or None
         error = event.get("error")
         if isinstance(error, dict):
             stream.is_error = True
@@ -116,12 +105,19 @@ class GeminiAdapter:
     """Gemini CLI: authenticates with its own key or login; no Claude credential."""
 
     name = "gemini-cli"
-    label = "Gemini CLI"
+    aliases: tuple[str, ...] = ("gemini",)
+    default_command = "gemini"
+    # FatalAuthenticationError exits 41, FatalTurnLimitedError 53.
+    hints = OutcomeHints(
+        label="Gemini CLI", exit_codes={41: OutcomeKind.AUTH, 53: OutcomeKind.MAX_TURNS}
+    )
     supports_auth_override = False
     reports_permission_mode = False
+    assigns_session_id = False
+    honours = frozenset({"model", "resume_session_id"})
 
     def argv(self, command: str, turn: TurnSpec) -> list[str]:
-        """`gemini --output-format stream-json [--model m] --yolo`; the prompt is stdin.
+        """`gemini --output-format stream-json [--model m] [--resume id] --yolo`; prompt on stdin.
 
         `--yolo` is the CLI's equivalent of Claude's bypassPermissions: a headless
         turn has no one to approve a tool call.
@@ -129,6 +125,8 @@ class GeminiAdapter:
         argv = [command, "--output-format", "stream-json"]
         if turn.model:
             argv += ["--model", turn.model]
+        if turn.resume_session_id:
+            argv += ["--resume", turn.resume_session_id]
         argv.append("--yolo")
         return argv
 

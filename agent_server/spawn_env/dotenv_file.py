@@ -40,11 +40,13 @@ class DotenvFile:
         self._identity: _Identity | None = None
         self._values: Mapping[str, str] = _EMPTY
         self._unreadable_logged = False
-        self.parses = 0
-        """How many times the file was actually parsed (for tests and benchmarks)."""
 
     def read(self) -> Mapping[str, str]:
-        """The file's values now: `{}` when missing or unreadable (logged once)."""
+        """The file's values now: `{}` when missing or unreadable (logged once).
+
+        While the file is unchanged the same mapping object is returned, so a caller
+        can tell a fresh parse from a cached one by identity.
+        """
         try:
             st = os.stat(self.path)
             if not stat.S_ISREG(st.st_mode):
@@ -73,7 +75,6 @@ class DotenvFile:
         with self._lock:
             self._identity, self._values = (identity if trusted else None), values
             self._unreadable_logged = False
-            self.parses += 1
         return values
 
     def _unreadable(self, exc: OSError) -> Mapping[str, str]:

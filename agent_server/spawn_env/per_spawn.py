@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 from pydantic import SecretStr
 
-from agent_server.models import AuthOverride, AuthRoute
-from agent_server.spawn_env.layers import (
+from agent_server.models import AuthOverride
+from agent_server.names import (
     API_KEY,
     AUTH_TOKEN,
     BASE_URL,
@@ -19,8 +19,9 @@ from agent_server.spawn_env.layers import (
     EXECUTION_ID,
     PROVIDER_SWITCHES,
     SUBSCRIPTION_SHADOW_KEYS,
-    PerSpawn,
+    AuthRoute,
 )
+from agent_server.spawn_env.layers import PerSpawn
 
 
 @dataclass(frozen=True)

@@ -154,6 +154,14 @@ def test_health_of_a_ready_claude_agent(turn_servers: TurnServers) -> None:
         "auth": "token",
         "capabilities": {
             "auth_override": ["oauth_token", "api_key", "provider"],
+            "turn_options": [
+                "model",
+                "system_prompt",
+                "allowed_tools",
+                "max_turns",
+                "resume_session_id",
+                "persist_session",
+            ],
             "reload_token": True,
             "credential_status": True,
         },
@@ -187,6 +195,7 @@ def test_health_of_a_codex_agent_offers_no_auth_override(turn_servers: TurnServe
     body = response.json()
     assert body["runtime"] == "codex"
     assert body["capabilities"]["auth_override"] == []
+    assert body["capabilities"]["turn_options"] == ["model", "resume_session_id", "persist_session"]
     assert CONTROLLER_TOKEN not in response.text
 
 

@@ -21,9 +21,9 @@ from typing import Any
 import httpx
 import pytest
 
-from agent_server.execution.outcome import ERROR_DETAIL_KEYS
 from tests.conftest import SecretRegistry
 from tests.e2e.conftest import CONTROLLER_AUTH_WORDS, TurnServers
+from tests.support.contract import ERROR_DETAIL_KEYS
 from tests.support.server import REPO, ServerProcess
 
 FAKE_CODEX = REPO / "tests" / "support" / "fake-codex"
@@ -113,6 +113,22 @@ TURNS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "gemini_exit_53": ("gemini-cli", "@exit 53", {}),
     "gemini_unavailable": ("gemini-cli", "@unavailable", {}),
     "gemini_override": ("gemini-cli", "hello", {"auth_override": "api_key"}),
+    "codex_ephemeral_resume": (
+        "codex",
+        "hello again",
+        {"persist_session": False, "resume_session_id": "019a-codex-thread"},
+    ),
+    "gemini_resume": (
+        "gemini-cli",
+        "hello again",
+        {"resume_session_id": "3f0b6a2e-1111-4222-8333-944445555666"},
+    ),
+    "codex_unhonoured": ("codex", "hello", {"system_prompt": "be terse", "max_turns": 3}),
+    "gemini_unhonoured": (
+        "gemini-cli",
+        "hello",
+        {"allowed_tools": ["Read"], "persist_session": False},
+    ),
 }
 
 
@@ -201,6 +217,67 @@ def test_codex_gets_the_argv_our_adapter_builds(live: dict[str, Answer]) -> None
     """`exec --json --skip-git-repo-check -`, the prompt on stdin, not argv."""
     report = live["codex_success"].report()
     assert report["argv"] == ["exec", "--json", "--skip-git-repo-check", "-"]
+
+
+def test_codex_takes_ephemeral_and_resume(live: dict[str, Answer]) -> None:
+    """`persist_session: false` is `--ephemeral`; a resumed thread is `resume <id>`."""
+    answer = live["codex_ephemeral_resume"]
+    report = answer.report()
+    assert report["argv"] == [
+        "exec", "--json", "--skip-git-repo-check", "--ephemeral",
+        "resume", "019a-codex-thread", "-",
+    ]  # fmt: skip
+    assert answer.json["session_id"] == "019a-codex-thread"
+
+
+def test_gemini_resumes_a_session_by_id(live: dict[str, Answer]) -> None:
+    """`resume_session_id` is `--resume <id>`, and the session reported is the CLI's."""
+    answer = live["gemini_resume"]
+    assert "--resume" in answer.report()["argv"]
+    assert answer.json["session_id"] == "3f0b6a2e-1111-4222-8333-944445555666"
+
+
+@pytest.mark.parametrize(
+    ("name", "runtime", "fields"),
+    [
+        pytest.param("codex_unhonoured", "codex", ["system_prompt", "max_turns"], id="codex"),
+        pytest.param(
+            "gemini_unhonoured",
+            "gemini-cli",
+            ["allowed_tools", "persist_session"],
+            id="gemini",
+        ),
+    ],
+)
+def test_a_field_the_runtime_cannot_honour_is_a_422(
+    live: dict[str, Answer],
+    runtimes: dict[str, Runtime],
+    name: str,
+    runtime: str,
+    fields: list[str],
+) -> None:
+    """Each field the CLI has no form for is refused by name, with the runtime; nothing runs."""
+    answer = live[name]
+    assert answer.status == 422, answer.text
+    issues = answer.json["detail"]
+    assert [issue["loc"] for issue in issues] == [["body", field] for field in fields]
+    assert all(runtime in issue["msg"] for issue in issues)
+    assert {issue["type"] for issue in issues} == {"unsupported_by_runtime"}
+    with runtimes[runtime].server.client() as client:
+        finished = client.get("/api/executions/running").json()["recently_completed_ids"]
+    assert answer.sent["execution_id"] not in finished
+
+
+def test_a_gemini_chat_continues_its_conversation(runtimes: dict[str, Runtime]) -> None:
+    """The second chat turn resumes the session the first one reported."""
+    with runtimes["gemini-cli"].server.client() as client:
+        first = client.post("/api/chat", json={"message": "remember 7"})
+        second = client.post("/api/chat", json={"message": "what did I say?"})
+    assert (first.status_code, second.status_code) == (200, 200), second.text
+    session = first.json()["session_id"]
+    argv = json.loads(second.json()["response"])["argv"]
+    assert argv[argv.index("--resume") + 1] == session
+    assert second.json()["session_id"] == session
 
 
 def test_gemini_gets_the_model_and_yolo(live: dict[str, Answer]) -> None:
@@ -353,8 +430,8 @@ def test_the_controller_switches_exactly_on_rate_limit_and_auth(
 ) -> None:
     """Played through the controller's mapping, only rate_limit, billing and auth switch."""
     for name, answer in live.items():
-        if answer.status == 200:
-            continue
+        if answer.status == 200 or isinstance(answer.json["detail"], list):
+            continue  # served, or a request refused before any turn ran
         detail = answer.detail
         switches = controller_reason(answer.status, detail["message"]) is not None
         assert switches is detail["switch_credential"], (name, answer.text)

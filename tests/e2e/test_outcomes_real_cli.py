@@ -23,7 +23,6 @@ from typing import Any
 import httpx
 import pytest
 
-from agent_server.execution.outcome import ERROR_DETAIL_KEYS
 from tests.conftest import SecretRegistry
 from tests.e2e.conftest import (
     CONTAINER_FAULT_MESSAGE,
@@ -31,6 +30,7 @@ from tests.e2e.conftest import (
     ProcessProbe,
     TurnServers,
 )
+from tests.support.contract import ERROR_DETAIL_KEYS
 from tests.support.messages_api import (
     UNKNOWN_MODEL,
     MessagesApiStandIn,

@@ -1,12 +1,13 @@
 """A fake Codex CLI (stdlib only), run through the executable ``fake-codex``.
 
 It takes the argv our adapter builds (``codex exec --json [--model m]
---skip-git-repo-check [resume <id>] -``), reads the prompt from stdin (the trailing
+--skip-git-repo-check [--ephemeral] [resume <id>] -``), reads the prompt from stdin (the trailing
 ``-``), and prints ``exec --json`` events shaped like Codex's: ``thread.started``,
 ``turn.started``, ``item.completed`` (an ``agent_message``), ``turn.completed`` with
 usage, or ``error`` / ``turn.failed`` on a failure. Its reply is a JSON report of what
 it received: ``runtime``, ``argv``, ``env_names``, ``fingerprints`` (sha256-12 of the
-credential variables it knows, never a value), ``model``, ``resume``, ``prompt``.
+credential variables it knows, never a value), ``model``, ``resume``, ``ephemeral``,
+``prompt``.
 
 Directives, one a line in the prompt, run in order:
 
@@ -59,10 +60,16 @@ STREAM_ERROR = "stream disconnected before completion: unexpected status 500 Int
 
 
 def parse_argv(argv: list[str]) -> dict[str, Any]:
-    """Parse ``exec --json [--model m] [--skip-git-repo-check] [resume <id>] -`` like clap."""
+    """Parse ``exec --json [--model m] [--skip-git-repo-check] [--ephemeral] [resume <id>] -``."""
     if not argv or argv[0] != "exec":
         die("error: this fake only implements `codex exec`", 2)
-    parsed: dict[str, Any] = {"json": False, "model": None, "resume": None, "stdin": False}
+    parsed: dict[str, Any] = {
+        "json": False,
+        "model": None,
+        "resume": None,
+        "ephemeral": False,
+        "stdin": False,
+    }
     rest = argv[1:]
     index = 0
     while index < len(rest):
@@ -76,6 +83,8 @@ def parse_argv(argv: list[str]) -> dict[str, Any]:
             parsed["model"] = rest[index]
         elif arg == "--skip-git-repo-check":
             pass
+        elif arg == "--ephemeral":
+            parsed["ephemeral"] = True
         elif arg == "resume":
             if index + 1 >= len(rest) or rest[index + 1] == "-":
                 die("error: `resume` needs a session id (or --last)", 2)
@@ -140,6 +149,7 @@ def run(argv: list[str], env: dict[str, str], prompt: str) -> int:
         "fingerprints": {name: fingerprint(env[name]) for name in CREDENTIAL_NAMES if name in env},
         "model": args["model"] or DEFAULT_MODEL,
         "resume": args["resume"],
+        "ephemeral": args["ephemeral"],
         "prompt": prompt,
     }
     text = json.dumps(report, sort_keys=True)

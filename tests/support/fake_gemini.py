@@ -1,7 +1,7 @@
 """A fake Gemini CLI (stdlib only), run through the executable ``fake-gemini``.
 
 It takes the argv our adapter builds (``gemini --output-format stream-json [--model m]
---yolo``), reads the prompt from stdin (no prompt flag: non-interactive), and prints
+[--resume id] --yolo``), reads the prompt from stdin (no prompt flag: non-interactive), and prints
 stream-json shaped like Gemini CLI's: ``init``, the user ``message``, assistant
 ``message`` deltas, and the final ``result`` with ``stats``. API failures quote
 Google's JSON error body on stderr, as the real CLI does. Its reply is a JSON report
@@ -70,17 +70,18 @@ def error_body(code: int, message: str, status: str) -> str:
 
 
 def parse_argv(argv: list[str]) -> dict[str, Any]:
-    """Parse ``--output-format stream-json [--model m] --yolo``; unknown arguments exit 1."""
-    parsed: dict[str, Any] = {"format": "text", "model": None, "yolo": False}
+    """Parse ``--output-format stream-json [--model m] [--resume id] --yolo``; else exit 1."""
+    parsed: dict[str, Any] = {"format": "text", "model": None, "resume": None, "yolo": False}
+    keys = {"--output-format": "format", "-o": "format", "--model": "model", "-m": "model"}
+    keys |= {"--resume": "resume", "-r": "resume"}
     index = 0
     while index < len(argv):
         arg = argv[index]
-        if arg in ("--output-format", "-o", "--model", "-m"):
+        if arg in keys:
             if index + 1 >= len(argv):
                 die(f"Not enough arguments following: {arg.lstrip('-')}")
             index += 1
-            key = "format" if arg in ("--output-format", "-o") else "model"
-            parsed[key] = argv[index]
+            parsed[keys[arg]] = argv[index]
         elif arg in ("--yolo", "-y"):
             parsed["yolo"] = True
         else:
@@ -132,7 +133,8 @@ def run(argv: list[str], env: dict[str, str], prompt: str) -> int:
         )
         die(error_body(400, KEY_INVALID, "INVALID_ARGUMENT"))
     model = args["model"] or DEFAULT_MODEL
-    emit({"type": "init", "session_id": str(uuid.uuid4()), "model": model})
+    # A resumed session keeps its id, as the CLI's own session files do.
+    emit({"type": "init", "session_id": args["resume"] or str(uuid.uuid4()), "model": model})
     emit({"type": "message", "role": "user", "content": prompt})
     for name, arg in steps:
         match name:
@@ -159,6 +161,7 @@ def run(argv: list[str], env: dict[str, str], prompt: str) -> int:
         "env_names": sorted(env),
         "fingerprints": {name: fingerprint(env[name]) for name in CREDENTIAL_NAMES if name in env},
         "model": model,
+        "resume": args["resume"],
         "prompt": prompt,
     }
     text = json.dumps(report, sort_keys=True)

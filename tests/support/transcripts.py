@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from agent_server.execution.stream import ProcessFacts, TurnStream
+from agent_server.execution.runner import ProcessFacts
 from agent_server.runtimes.base import StreamParser
+from agent_server.runtimes.stream import TurnStream
 
 REPO = Path(__file__).resolve().parents[2]
 REFERENCE_FIXTURES = REPO / "tests" / "fixtures" / "claude-code-2.1.328"

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from agent_server.execution.stream import TurnStream
 from agent_server.runtimes.base import RuntimeAdapter, TurnSpec
 from agent_server.runtimes.claude_code import ClaudeCodeAdapter, ClaudeStreamParser
+from agent_server.runtimes.stream import TurnStream
 from tests.support.transcripts import REFERENCE_FIXTURES as FIXTURES
 from tests.support.transcripts import load_scenario
 
@@ -72,7 +72,7 @@ def test_prompt_goes_to_stdin_as_utf8() -> None:
 def test_adapter_satisfies_the_protocol() -> None:
     """The adapter is a RuntimeAdapter with the names of the spec."""
     adapter: RuntimeAdapter = ClaudeCodeAdapter()
-    assert (adapter.name, adapter.label) == ("claude-code", "Claude Code")
+    assert (adapter.name, adapter.hints.label) == ("claude-code", "Claude Code")
     assert adapter.supports_auth_override is True
     assert adapter.reports_permission_mode is True
     assert isinstance(adapter.new_parser(), ClaudeStreamParser)

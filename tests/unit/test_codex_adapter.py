@@ -6,10 +6,12 @@ from datetime import UTC, datetime
 
 import pytest
 
-from agent_server.execution.outcome import OutcomeKind, classify_outcome
-from agent_server.execution.stream import ProcessFacts, TurnStream
+from agent_server.execution.outcome import classify_outcome
+from agent_server.execution.runner import ProcessFacts
+from agent_server.names import OutcomeKind
 from agent_server.runtimes.base import RuntimeAdapter, TurnSpec
 from agent_server.runtimes.codex import CodexAdapter, CodexStreamParser
+from agent_server.runtimes.stream import TurnStream
 from tests.support.transcripts import SAMPLES, replay, stderr_beside
 
 CODEX = SAMPLES / "codex"
@@ -54,7 +56,7 @@ def test_stdin_and_protocol() -> None:
     """The prompt is stdin; Codex takes no Claude credential and reports no mode."""
     adapter: RuntimeAdapter = CodexAdapter()
     assert adapter.stdin(TurnSpec(prompt="ünï", permission_mode="x")) == "ünï".encode()
-    assert (adapter.name, adapter.label) == ("codex", "Codex")
+    assert (adapter.name, adapter.hints.label) == ("codex", "Codex")
     assert adapter.supports_auth_override is False
     assert adapter.reports_permission_mode is False
     assert isinstance(adapter.new_parser(), CodexStreamParser)
@@ -119,7 +121,7 @@ def test_classification(
     outcome = classify_outcome(
         stream,
         ProcessFacts(exit_code=exit_code, stderr=stderr_of(sample)),
-        runtime_label="Codex",
+        hints=CodexAdapter.hints,
         expected_permission_mode=None,
         now=NOW,
     )
@@ -133,7 +135,7 @@ def test_missing_codex_is_the_container_fault_the_controller_knows() -> None:
     outcome = classify_outcome(
         TurnStream(),
         ProcessFacts(exit_code=None, spawn_failed=True),
-        runtime_label="Codex",
+        hints=CodexAdapter.hints,
         expected_permission_mode=None,
         now=NOW,
     )

@@ -1,8 +1,9 @@
-"""docs/contract.md and /openapi.json name the same routes and the same error codes.
+"""Every error the server can answer is mapped, documented, and in /openapi.json.
 
-The OpenAPI document is generated from the code; the contract is prose. This test
-keeps the two from drifting: a route or an error code in one and not in the other
-fails, whichever side it is missing from.
+Like httpx's test that every lower-level exception is mapped: each `ApiError`
+subclass and each outcome kind has one status and error_code, appears in the
+OpenAPI enums, and stands in docs/contract.md; and the contract's routes and error
+codes are exactly the OpenAPI document's, whichever side would drift.
 """
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ from typing import Any
 
 import pytest
 
-from agent_server.app import ENDPOINTS, ERROR_CODES_BY_MODEL
-from agent_server.errors import ApiError
-from agent_server.execution.outcome import STATUS_BY_ERROR_CODE
+from agent_server.app import ENDPOINTS, ERROR_CODES_BY_MODEL, create_app
+from agent_server.config import Settings
+from agent_server.errors import ApiError, api_error_codes
+from agent_server.execution.outcome import ERROR_CODES, ROWS, STATUS_BY_ERROR_CODE
+from agent_server.names import OutcomeKind
 from agent_server.openapi import openapi_document
 
 CONTRACT = Path(__file__).resolve().parents[2] / "docs" / "contract.md"
@@ -77,6 +80,40 @@ def test_every_api_error_is_documented_with_its_status() -> None:
         cls = pending.pop()
         assert rows[cls.error_code] == str(cls.status), cls.__name__
         pending.extend(cls.__subclasses__())
+
+
+def _api_errors() -> list[type[ApiError]]:
+    found: list[type[ApiError]] = []
+    pending: list[type[ApiError]] = [ApiError]
+    while pending:
+        cls = pending.pop()
+        found.append(cls)
+        pending.extend(cls.__subclasses__())
+    return found
+
+
+def test_every_outcome_kind_has_a_row() -> None:
+    """The table answers every kind; every failing kind has its own error_code."""
+    assert set(ROWS) == set(OutcomeKind)
+    failing = [row.error_code for kind, row in ROWS.items() if row.status >= 400]
+    assert len(failing) == len(set(failing)) == len(ERROR_CODES)
+
+
+def test_every_api_error_has_its_own_code_in_the_enum() -> None:
+    """No two ApiError classes share a code; each is in the OpenAPI enum of error bodies."""
+    codes = [cls.error_code for cls in _api_errors()]
+    assert len(codes) == len(set(codes))
+    assert set(codes) <= set(api_error_codes())
+    assert not set(api_error_codes()) & set(ERROR_CODES)
+
+
+def test_the_app_maps_every_api_error_in_one_place(environ: dict[str, str]) -> None:
+    """Each ApiError subclass reaches the one ApiError handler (nothing is caught apart)."""
+    app = create_app(Settings.from_environ({**environ, "AGENT_SERVER_INSECURE_NO_AUTH": "1"}))
+    handlers = app.exception_handlers
+    for cls in _api_errors():
+        mapped = next(handlers[base] for base in cls.__mro__ if base in handlers)
+        assert mapped is handlers[ApiError], cls.__name__
 
 
 def test_the_contract_cites_nothing_outside_the_repository() -> None:

@@ -93,9 +93,10 @@ def test_unchanged_file_is_parsed_once(tmp_path: Path) -> None:
     path = tmp_path / ".env"
     write(path, "A=1\n")
     dotenv = DotenvFile(path)
+    first = dotenv.read()
     for _ in range(5):
-        assert dict(dotenv.read()) == {"A": "1"}
-    assert dotenv.parses == 1
+        assert dotenv.read() is first  # the cached parse, not a new one
+    assert dict(first) == {"A": "1"}
 
 
 def test_same_size_rewrite_with_new_mtime_is_reparsed(tmp_path: Path) -> None:
@@ -104,9 +105,12 @@ def test_same_size_rewrite_with_new_mtime_is_reparsed(tmp_path: Path) -> None:
     write(path, "A=1\n", age_s=20)
     dotenv = DotenvFile(path)
     assert dict(dotenv.read()) == {"A": "1"}
+    first = dotenv.read()
     write(path, "A=2\n", age_s=10)
-    assert dict(dotenv.read()) == {"A": "2"}
-    assert dotenv.parses == 2
+    second = dotenv.read()
+    assert dict(second) == {"A": "2"}
+    assert second is not first
+    assert dotenv.read() is second
 
 
 def test_a_fresh_file_is_not_trusted_to_the_cache(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ import pytest
 from pydantic import SecretStr
 
 from agent_server.credentials.state import CredentialState, fingerprint
-from agent_server.spawn_env.drift import auth_mode, effective_auth, env_drift, spawn_preview
+from agent_server.credentials.status import auth_mode, effective_auth, env_drift, spawn_preview
 from agent_server.spawn_env.layers import Overrides
 
 OAUTH = "CLAUDE_CODE_OAUTH_TOKEN"

@@ -6,10 +6,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from agent_server.execution.outcome import OutcomeKind, classify_outcome
-from agent_server.execution.stream import ProcessFacts, TurnStream
+from agent_server.execution.outcome import classify_outcome
+from agent_server.execution.runner import ProcessFacts
+from agent_server.names import OutcomeKind
 from agent_server.runtimes.base import RuntimeAdapter, TurnSpec
 from agent_server.runtimes.gemini import GeminiAdapter, GeminiStreamParser, error_body_facts
+from agent_server.runtimes.stream import TurnStream
 from tests.support.transcripts import SAMPLES, replay, stderr_beside
 
 GEMINI = SAMPLES / "gemini"
@@ -47,7 +49,7 @@ def test_stdin_and_protocol() -> None:
     """The prompt is stdin; Gemini takes no Claude credential and reports no mode."""
     adapter: RuntimeAdapter = GeminiAdapter()
     assert adapter.stdin(TurnSpec(prompt="ünï", permission_mode="x")) == "ünï".encode()
-    assert (adapter.name, adapter.label) == ("gemini-cli", "Gemini CLI")
+    assert (adapter.name, adapter.hints.label) == ("gemini-cli", "Gemini CLI")
     assert adapter.supports_auth_override is False
     assert adapter.reports_permission_mode is False
     assert isinstance(adapter.new_parser(), GeminiStreamParser)
@@ -123,7 +125,7 @@ def test_classification(
     outcome = classify_outcome(
         stream,
         ProcessFacts(exit_code=exit_code, stderr=stderr_beside(GEMINI / f"{sample}.jsonl")),
-        runtime_label="Gemini CLI",
+        hints=GeminiAdapter.hints,
         expected_permission_mode="bypassPermissions",
         now=NOW,
     )
@@ -137,7 +139,7 @@ def test_resource_exhausted_on_stderr_alone_is_a_rate_limit() -> None:
     outcome = classify_outcome(
         TurnStream(),
         ProcessFacts(exit_code=1, stderr=stderr),
-        runtime_label="Gemini CLI",
+        hints=GeminiAdapter.hints,
         expected_permission_mode=None,
         now=NOW,
     )

@@ -10,7 +10,8 @@ from pydantic import SecretStr
 
 from agent_server.credentials.override_file import OverrideFile
 from agent_server.credentials.store import CredentialStore
-from agent_server.spawn_env.layers import SUBSCRIPTION_SHADOW_KEYS, PerSpawn, build_spawn_env
+from agent_server.names import SUBSCRIPTION_SHADOW_KEYS
+from agent_server.spawn_env.layers import PerSpawn, build_spawn_env
 
 OAUTH = "CLAUDE_CODE_OAUTH_TOKEN"
 KEY = "ANTHROPIC_API_KEY"
@@ -28,7 +29,7 @@ def boot(
     path.parent.mkdir(mode=0o700)
     if file_token is not None:
         path.write_text(file_token)
-    return CredentialStore.boot(runtime, baseline, OverrideFile(path))
+    return CredentialStore.boot(runtime == "claude-code", baseline, OverrideFile(path))
 
 
 @pytest.mark.parametrize(

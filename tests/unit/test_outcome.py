@@ -10,17 +10,15 @@ from typing import Any
 
 import pytest
 
-from agent_server.execution.outcome import (
-    AUTH_WORDS,
-    ERROR_DETAIL_KEYS,
-    Outcome,
-    OutcomeKind,
-    classify_outcome,
-    error_detail,
-    retry_after_seconds,
-)
-from agent_server.execution.stream import ProcessFacts, TurnStream
-from agent_server.runtimes.claude_code import ClaudeStreamParser
+from agent_server.execution.answer import error_detail, retry_after_seconds
+from agent_server.execution.outcome import AUTH_WORDS, Outcome, classify_outcome
+from agent_server.execution.runner import ProcessFacts
+from agent_server.names import OutcomeKind
+from agent_server.runtimes.base import OutcomeHints
+from agent_server.runtimes.claude_code import ClaudeCodeAdapter, ClaudeStreamParser
+from agent_server.runtimes.gemini import GeminiAdapter
+from agent_server.runtimes.stream import TurnStream
+from tests.support.contract import ERROR_DETAIL_KEYS
 from tests.support.transcripts import REFERENCE_FIXTURES, load_scenario
 
 FIXTURES = REFERENCE_FIXTURES
@@ -47,7 +45,7 @@ def classify(
     return classify_outcome(
         stream,
         facts,
-        runtime_label=LABEL,
+        hints=ClaudeCodeAdapter.hints,
         expected_permission_mode=expected_permission_mode,
         now=now,
     )
@@ -520,16 +518,27 @@ def test_a_bare_error_result_after_529_retries_is_upstream() -> None:
 
 
 @pytest.mark.parametrize(
-    ("exit_code", "kind"),
+    ("hints", "exit_code", "kind"),
     [
-        pytest.param(41, OutcomeKind.AUTH, id="exit 41 is an authentication failure"),
-        pytest.param(53, OutcomeKind.MAX_TURNS, id="exit 53 is the turn limit"),
-        pytest.param(42, OutcomeKind.EXECUTION_ERROR, id="exit 42 is a bad input"),
+        pytest.param(GeminiAdapter.hints, 41, OutcomeKind.AUTH, id="Gemini's 41 is auth"),
+        pytest.param(GeminiAdapter.hints, 53, OutcomeKind.MAX_TURNS, id="Gemini's 53 is turns"),
+        pytest.param(
+            GeminiAdapter.hints, 42, OutcomeKind.EXECUTION_ERROR, id="Gemini's 42 is bad input"
+        ),
+        pytest.param(
+            ClaudeCodeAdapter.hints, 41, OutcomeKind.EXECUTION_ERROR, id="Claude's 41 is nothing"
+        ),
     ],
 )
-def test_named_exit_codes(exit_code: int, kind: OutcomeKind) -> None:
-    """Exit codes that name a cause classify when the stream says nothing."""
-    outcome = classify(TurnStream(), ProcessFacts(exit_code=exit_code))
+def test_named_exit_codes(hints: OutcomeHints, exit_code: int, kind: OutcomeKind) -> None:
+    """A runtime's own exit codes classify when the stream says nothing; another's do not."""
+    outcome = classify_outcome(
+        TurnStream(),
+        ProcessFacts(exit_code=exit_code),
+        hints=hints,
+        expected_permission_mode=None,
+        now=CAPTURED,
+    )
     assert outcome.kind is kind
 
 

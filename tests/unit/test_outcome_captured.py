@@ -14,16 +14,13 @@ from typing import Any
 
 import pytest
 
-from agent_server.execution.outcome import (
-    AUTH_WORDS,
-    ERROR_DETAIL_KEYS,
-    Outcome,
-    OutcomeKind,
-    classify_outcome,
-    error_detail,
-)
-from agent_server.execution.stream import ProcessFacts, TurnStream
-from agent_server.runtimes.claude_code import ClaudeStreamParser
+from agent_server.execution.answer import error_detail
+from agent_server.execution.outcome import AUTH_WORDS, Outcome, classify_outcome
+from agent_server.execution.runner import ProcessFacts
+from agent_server.names import OutcomeKind
+from agent_server.runtimes.claude_code import ClaudeCodeAdapter, ClaudeStreamParser
+from agent_server.runtimes.stream import TurnStream
+from tests.support.contract import ERROR_DETAIL_KEYS
 
 CAPTURED = Path(__file__).resolve().parents[1] / "fixtures" / "claude-code-2.1.328-captured"
 LABEL = "Claude Code"
@@ -80,7 +77,7 @@ def classify(capture: Capture, *, expected_permission_mode: str | None = None) -
     return classify_outcome(
         stream,
         facts,
-        runtime_label=LABEL,
+        hints=ClaudeCodeAdapter.hints,
         expected_permission_mode=expected_permission_mode,
         now=capture.clock(),
     )
@@ -187,7 +184,7 @@ def test_a_stale_weekly_reset_is_not_rolled_forward() -> None:
     stream, facts = capture.parsed()
     later = capture.clock() + timedelta(days=1)
     outcome = classify_outcome(
-        stream, facts, runtime_label=LABEL, expected_permission_mode=None, now=later
+        stream, facts, hints=ClaudeCodeAdapter.hints, expected_permission_mode=None, now=later
     )
     assert outcome.kind is OutcomeKind.RATE_LIMIT
     assert outcome.resets_at is None

@@ -21,8 +21,9 @@ from pydantic import SecretStr
 
 from agent_server.app import create_app
 from agent_server.config import Settings
-from agent_server.credentials.override_file import OverrideFile, UnsafeLocation
+from agent_server.credentials.override_file import OverrideFile
 from agent_server.credentials.store import CredentialStore
+from agent_server.secret_file import UnsafeLocation
 
 OLD, NEW = "old-token-0123456789", "new-token-9876543210"
 
@@ -121,7 +122,7 @@ def test_boot_ignores_an_unsafe_file_with_an_error_line(
         override.path.write_text(NEW)
         override.path.parent.chmod(0o777)
     with caplog.at_level(logging.ERROR, "agent_server.credentials"):
-        store = CredentialStore.boot("claude-code", {}, override)
+        store = CredentialStore.boot(True, {}, override)
     assert store.current.active_token is None
     assert [r.levelno for r in caplog.records] == [logging.ERROR]
 
@@ -149,7 +150,7 @@ def test_read_refuses_what_reload_would_refuse(override: OverrideFile, content: 
     override.path.write_text(content)
     with pytest.raises(OSError, match="single token"):
         override.read()
-    assert CredentialStore.boot("claude-code", {}, override).current.active_token is None
+    assert CredentialStore.boot(True, {}, override).current.active_token is None
 
 
 def test_read_without_a_state_dir_is_no_token(tmp_path: Path) -> None:
@@ -165,7 +166,7 @@ def test_boot_without_prepare_keeps_temp_files(
     leftover = override.path.with_name("oauth-token.tmp.live")
     leftover.write_text(NEW)
     with caplog.at_level(logging.WARNING):
-        store = CredentialStore.boot("claude-code", {}, override, prepare=False)
+        store = CredentialStore.boot(True, {}, override, prepare=False)
     assert store.current.active_token == SecretStr(OLD)
     assert leftover.exists()
     assert caplog.records == []

@@ -8,7 +8,8 @@ import pytest
 from pydantic import SecretStr
 
 from agent_server.models import AuthOverride, ProviderOverride
-from agent_server.spawn_env.layers import EXECUTION_ID, build_spawn_env
+from agent_server.names import EXECUTION_ID
+from agent_server.spawn_env.layers import build_spawn_env
 from agent_server.spawn_env.per_spawn import spawn_credential
 from tests.support.fake_claude import served_by
 

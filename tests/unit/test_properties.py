@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from pydantic import SecretStr
 
 from agent_server.credentials.state import CredentialState
-from agent_server.spawn_env.drift import effective_auth, env_drift, spawn_preview
+from agent_server.credentials.status import effective_auth, env_drift, spawn_preview
 from agent_server.spawn_env.layers import (
     Overrides,
     PerSpawn,

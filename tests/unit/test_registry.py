@@ -1,22 +1,13 @@
-"""The execution registry (ids, the parallel cap, terminate, drain) and run_turn over it."""
+"""The execution registry: ids, the parallel cap, terminate, drain."""
 
 from __future__ import annotations
 
 import asyncio
-import logging
-import os
-from pathlib import Path
 
 import pytest
-from pydantic import SecretStr
 
-from agent_server.config import Settings
 from agent_server.errors import Busy, ExecutionInProgress, NotFound
 from agent_server.execution.registry import BUSY_RETRY_AFTER_S, RECENT_LIMIT, Registry
-from agent_server.execution.turn import AUTH_OVERRIDE_HEADER, TurnAsk, run_turn
-from agent_server.models import AuthOverride
-from agent_server.services import Services
-from tests.support.server import FAKE_CLAUDE
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -143,92 +134,3 @@ def test_drain_with_nothing_running_returns_at_once() -> None:
         assert not registry.accepting
 
     asyncio.run(scenario())
-
-
-# --- run_turn over a real registry and the fake CLI -----------------------------------
-
-
-def services_for(tmp_path: Path, **extra: str) -> Services:
-    """Services of a server whose runtime command is the fake CLI."""
-    home = tmp_path / "home"
-    (home / "work").mkdir(parents=True, exist_ok=True)
-    environ = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": str(home),
-        "AGENT_SERVER_STATE_DIR": str(tmp_path / "state"),
-        "AGENT_SERVER_ENV_FILE": str(home / ".env"),
-        "AGENT_SERVER_WORKDIR": str(home / "work"),
-        "AGENT_SERVER_RUNTIME_COMMAND": str(FAKE_CLAUDE),
-        "TRINITY_AGENT_AUTH_TOKEN": "unit-controller-token-0001",
-        "CLAUDE_CODE_OAUTH_TOKEN": "unit-baseline-oauth-0001",
-        "IS_SANDBOX": "1",
-        **extra,
-    }
-    return Services.build(Settings.from_environ(environ))
-
-
-def test_a_runtime_without_override_support_ignores_it(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    """Codex: the override is dropped with a WARNING; no header, auth_route baseline."""
-    services = services_for(tmp_path, AGENT_RUNTIME="codex")
-    override = AuthOverride(oauth_token=SecretStr("unit-override-oauth-0001"))
-    with caplog.at_level(logging.WARNING, logger="agent_server.turn"):
-        answer = asyncio.run(
-            run_turn(services, TurnAsk(message="x", execution_id="cx", auth_override=override))
-        )
-    assert AUTH_OVERRIDE_HEADER not in answer.headers
-    detail = answer.body.get("detail") or answer.body["metadata"]
-    assert detail["auth_route"] == "baseline"
-    warnings = [r for r in caplog.records if "auth_override ignored" in r.getMessage()]
-    assert [r.levelno for r in warnings] == [logging.WARNING]
-    assert "unit-override-oauth-0001" not in caplog.text
-    assert services.registry.recently_completed() == ["cx"]
-
-
-def test_a_turn_stamps_its_override_on_success_and_on_error(tmp_path: Path) -> None:
-    """The header goes with every answer of an override turn."""
-    services = services_for(tmp_path)
-    override = AuthOverride(api_key=SecretStr("unit-override-key-0001"))
-
-    async def both() -> tuple[int, int, str | None, str | None]:
-        ok = await run_turn(services, TurnAsk(message="fine", auth_override=override))
-        bad = await run_turn(services, TurnAsk(message="@exit 2", auth_override=override))
-        return (
-            ok.status,
-            bad.status,
-            ok.headers.get(AUTH_OVERRIDE_HEADER),
-            bad.headers.get(AUTH_OVERRIDE_HEADER),
-        )
-
-    assert asyncio.run(both()) == (200, 500, "api_key", "api_key")
-
-
-@pytest.mark.parametrize(
-    ("stop", "status", "outcome"),
-    [("terminate", 200, "cancelled"), ("drain", 504, "killed")],
-    ids=["the terminate route cancels", "the shutdown drain kills"],
-)
-def test_a_stopped_turn_answers_by_who_stopped_it(
-    tmp_path: Path, stop: str, status: int, outcome: str
-) -> None:
-    """Only the terminate route makes a turn 'cancelled'; a shutdown kill is a failure."""
-    services = services_for(tmp_path)
-
-    async def scenario() -> tuple[int, str]:
-        turn = asyncio.create_task(
-            run_turn(services, TurnAsk(message="@sleep 30", execution_id="stopme"))
-        )
-        while not services.registry.running():
-            await asyncio.sleep(0.01)
-        await asyncio.sleep(0.3)
-        if stop == "terminate":
-            services.registry.terminate("stopme")
-        else:
-            await services.registry.drain(0.1)
-        answer = await asyncio.wait_for(turn, 15)
-        if answer.status == 200:
-            return answer.status, str(answer.body["status"])
-        return answer.status, str(answer.body["detail"]["error_code"])
-
-    assert asyncio.run(scenario()) == (status, outcome)

@@ -70,9 +70,7 @@ def test_active_token(
 
 def _store(tmp_path: Path, baseline: dict[str, str] | None = None) -> CredentialStore:
     state_dir = tmp_path / "state"
-    return CredentialStore.boot(
-        "claude-code", baseline or {}, OverrideFile(state_dir / "oauth-token")
-    )
+    return CredentialStore.boot(True, baseline or {}, OverrideFile(state_dir / "oauth-token"))
 
 
 def _reload(store: CredentialStore, token: str, **kwargs: Any) -> Any:

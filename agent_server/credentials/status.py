@@ -1,28 +1,67 @@
 """What the next spawn would authenticate with, and where `.env` and the process differ.
 
-Pure functions over one credential state and one `.env` parse: names and
-fingerprints of credentials only, never a value (contract §4, credential status).
+The report of `GET /api/credentials/status` and `agent-server status` (contract §4.5):
+pure functions over one credential state and one `.env` parse. Names and
+fingerprints of credentials only, never a value.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 
 from agent_server.credentials.state import CredentialState, fingerprint
-from agent_server.models import DriftRow, EffectiveAuth
-from agent_server.spawn_env.layers import (
+from agent_server.credentials.store import CredentialStore
+from agent_server.models import (
+    CredentialFiles,
+    CredentialStatus,
+    DriftRow,
+    EffectiveAuth,
+    OverrideFileStatus,
+)
+from agent_server.names import (
     API_KEY,
     AUTH_TOKEN,
     BASE_URL,
     CLAUDE_CREDENTIALS,
     CLAUDE_OAUTH,
     PROVIDER_SWITCHES,
-    SpawnEnv,
-    build_spawn_env,
     is_credential_name,
 )
+from agent_server.spawn_env.layers import SpawnEnv, build_spawn_env
 
 _TRUTHY = ("1", "true", "yes", "on")
+
+
+def credential_status(
+    store: CredentialStore,
+    dotenv: Mapping[str, str],
+    *,
+    agent_name: str,
+    runtime: str,
+    env_file: Path,
+) -> CredentialStatus:
+    """The whole status report for the store's current state and this `.env` parse."""
+    state = store.current
+    preview = spawn_preview(state, dotenv)
+    auth = effective_auth(preview)
+    info = store.override_file.info()
+    return CredentialStatus(
+        agent_name=agent_name,
+        runtime=runtime,
+        generation=state.generation,
+        fingerprint=state.fingerprint,
+        auth_mode=auth_mode(auth),
+        guard_armed=state.guard_armed,
+        files=CredentialFiles(
+            env_file=str(env_file),
+            override_file=OverrideFileStatus(
+                exists=info.exists, mode=info.mode, size=info.size, mtime=info.mtime
+            ),
+        ),
+        effective_auth=auth,
+        env_drift=env_drift(state, dotenv, preview),
+    )
 
 
 def effective_auth(spawn: SpawnEnv) -> EffectiveAuth | None:

@@ -2,8 +2,8 @@
 
 Each runtime adapter parses its own event stream (Claude Code stream-json, Codex
 `exec --json`, Gemini CLI stream-json) incrementally into one `TurnStream`. The
-outcome classifier and the response builder read only this, never raw events, so
-one classification table serves every runtime.
+outcome classifier and the answer read only this, never raw events, so one
+classification table serves every runtime.
 """
 
 from __future__ import annotations
@@ -11,10 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+MAX_ASSISTANT_TEXT_CHARS = 1_048_576
+"""The model's prose kept for the answer when no result text came: bounded all the same."""
+
 
 @dataclass
 class TurnStream:
-    """The facts of one turn's stream that the response and the classifier need.
+    """The facts of one turn's stream that the answer and the classifier need.
 
     Fields are filled while the stream is read; absent facts stay None/empty.
     `error_texts` holds text seen on ERROR channels only (an `is_error` result, an
@@ -47,8 +50,11 @@ class TurnStream:
     api_retries: list[dict[str, Any]] = field(default_factory=list)
     error_texts: list[str] = field(default_factory=list)
 
-    # The model's own prose, joined for the response when no result text came.
     assistant_text: list[str] = field(default_factory=list)
+    """The model's own prose, in order: a clean prefix of at most
+    `MAX_ASSISTANT_TEXT_CHARS` characters (see `add_assistant_text`)."""
+    _assistant_chars: int = field(default=0, repr=False)
+    _assistant_full: bool = field(default=False, repr=False)
 
     num_turns: int | None = None
     cost_usd: float | None = None
@@ -56,17 +62,16 @@ class TurnStream:
     input_tokens: int | None = None
     output_tokens: int | None = None
 
+    def add_assistant_text(self, text: str) -> None:
+        """Keep one piece of the model's prose while the cap allows.
 
-@dataclass(frozen=True)
-class ProcessFacts:
-    """What the runner knows about how the process ended, beside its stream."""
-
-    exit_code: int | None
-    """Exit status as asyncio reports it: negative for a signal, None if never spawned."""
-    stderr: str = ""
-    """A bounded tail of stderr (decoded, already redacted by the caller)."""
-    timed_out: bool = False
-    terminated: bool = False
-    """Terminated through the terminate route (or the client went away)."""
-    spawn_failed: bool = False
-    """The runtime command is missing or not executable."""
+        The first piece that does not fit closes the budget: later pieces are dropped
+        too, so what is kept is always the beginning of the reply, with no holes.
+        """
+        if self._assistant_full or not text:
+            return
+        if self._assistant_chars + len(text) > MAX_ASSISTANT_TEXT_CHARS:
+            self._assistant_full = True
+            return
+        self._assistant_chars += len(text)
+        self.assistant_text.append(text)

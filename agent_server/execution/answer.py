@@ -1,0 +1,146 @@
+"""The HTTP answer of one turn: the success body, or the error body of contract §7.
+
+Everything a turn returns passes the redactor here: the response text, the
+execution_log and the error message. `error_detail` is the one place the §7 body's
+keys are written.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from agent_server.execution.outcome import Outcome
+from agent_server.execution.resets import format_instant
+from agent_server.execution.transcript import Transcript
+from agent_server.models import TurnMetadata, TurnResponse
+from agent_server.names import AuthRoute, OutcomeKind
+from agent_server.redaction import Redactor
+from agent_server.runtimes.stream import TurnStream
+
+
+@dataclass
+class TurnAnswer:
+    """The HTTP answer of one turn: status, JSON body, headers, and its outcome."""
+
+    status: int
+    body: dict[str, Any]
+    outcome: Outcome
+    session_id: str | None
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class FinishedTurn:
+    """What one finished turn's answer is built from."""
+
+    execution_id: str
+    auth_route: AuthRoute
+    generation: int
+    fingerprint: str | None
+    """Of the override's secret when one was given, else of the state's token."""
+    stream: TurnStream
+    exit_code: int | None
+    transcript: Transcript
+    session_reset: bool = False
+
+
+def build_answer(
+    outcome: Outcome, turn: FinishedTurn, redactor: Redactor, now: datetime
+) -> TurnAnswer:
+    """The one HTTP answer of a turn, every string redacted."""
+    stream = turn.stream
+    # Only a session id the CLI itself reported: never one it did not see.
+    session_id = stream.session_id
+    metadata = TurnMetadata(
+        execution_id=turn.execution_id,
+        session_id=session_id,
+        model=stream.model,
+        cost_usd=stream.cost_usd,
+        duration_ms=stream.duration_ms,
+        num_turns=stream.num_turns,
+        input_tokens=stream.input_tokens,
+        output_tokens=stream.output_tokens,
+        exit_code=turn.exit_code,
+        auth_route=turn.auth_route,
+        generation=turn.generation,
+        fingerprint=turn.fingerprint,
+        api_key_source=stream.api_key_source,
+        log_truncated=turn.transcript.truncated,
+        session_reset=turn.session_reset,
+    )
+    log = redactor.redact_value(_events(turn.transcript))
+    if outcome.kind in (OutcomeKind.SUCCESS, OutcomeKind.CANCELLED):
+        text = (
+            stream.result_text if stream.result_text is not None else "".join(stream.assistant_text)
+        )
+        body = TurnResponse(
+            status="success" if outcome.kind is OutcomeKind.SUCCESS else "cancelled",
+            response=redactor.redact(text),
+            execution_log=log,
+            session_id=session_id,
+            timestamp=now.isoformat(),
+            metadata=metadata,
+        ).model_dump()
+        return TurnAnswer(200, body, outcome, session_id)
+    detail = error_detail(
+        outcome,
+        execution_id=turn.execution_id,
+        auth_route=turn.auth_route,
+        metadata=metadata.model_dump(),
+        execution_log=log,
+    )
+    detail["message"] = redactor.redact(str(detail["message"]))
+    headers = {}
+    retry_after = retry_after_seconds(outcome, now)
+    if retry_after is not None:
+        headers["Retry-After"] = str(retry_after)
+    return TurnAnswer(outcome.status, {"detail": detail}, outcome, session_id, headers)
+
+
+def error_detail(
+    outcome: Outcome,
+    *,
+    execution_id: str,
+    auth_route: str,
+    metadata: dict[str, Any] | None,
+    execution_log: list[Any] | None,
+) -> dict[str, Any]:
+    """The inner `detail` of a §7 error body (the caller wraps it as `{"detail": …}`)."""
+    return {
+        "message": outcome.message,
+        "error_code": outcome.error_code,
+        "retryable": outcome.retryable,
+        "switch_credential": outcome.switch_credential,
+        "execution_id": execution_id,
+        "auth_route": auth_route,
+        "api_error_status": outcome.api_error_status,
+        "resets_at": format_instant(outcome.resets_at) if outcome.resets_at is not None else None,
+        "rate_limit_type": outcome.rate_limit_type,
+        "metadata": metadata,
+        "execution_log": execution_log,
+    }
+
+
+def retry_after_seconds(outcome: Outcome, now: datetime) -> int | None:
+    """Seconds for a `Retry-After` header: until `resets_at`, rounded up, at least 1."""
+    if outcome.resets_at is None:
+        return None
+    aware_now = now if now.tzinfo is not None else now.replace(tzinfo=UTC)
+    seconds = (outcome.resets_at - aware_now).total_seconds()
+    return max(1, math.ceil(seconds))
+
+
+def _events(transcript: Transcript) -> list[Any]:
+    """The kept stdout lines as JSON events (a non-JSON line stays a string)."""
+    events: list[Any] = []
+    for line in transcript.lines():
+        text = line.decode("utf-8", errors="replace")
+        try:
+            events.append(json.loads(text))
+        except ValueError:
+            events.append(text)
+    return events

@@ -1,0 +1,33 @@
+"""Every wait of a turn's ending and of the shutdown, named once (contract §8).
+
+A turn that must be stopped costs at most `KILL_BOUND_S`: SIGTERM and the leader's
+grace, SIGKILL and the reaping of the group, then reading the pipes to their end and
+closing them. Shutdown gives running turns the operator's grace
+(`AGENT_SERVER_SHUTDOWN_GRACE_S`), then kills the rest, which all end within
+`SHUTDOWN_MARGIN_S`; uvicorn's own deadline is the grace plus that margin, so it
+never drops a turn whose 504 is still being written.
+"""
+
+from __future__ import annotations
+
+KILL_GRACE_S = 3.0
+"""SIGTERM to SIGKILL: how long the CLI may take to exit on its own."""
+REAP_TIMEOUT_S = 2.0
+"""How long a killed group may take to disappear (its members reaped)."""
+REAP_POLL_S = 0.01
+PIPE_DRAIN_S = 2.0
+"""How long to read stdout/stderr to EOF once the group is dead; only a process that
+left the group (setsid) can hold them longer, and it must not hang the turn."""
+PIPE_CLOSE_S = 2.0
+"""How long closing the pipes may take."""
+KILL_BOUND_S = KILL_GRACE_S + REAP_TIMEOUT_S + PIPE_DRAIN_S + PIPE_CLOSE_S
+"""The most one stopped turn takes from the first signal until its answer is built."""
+ANSWER_S = 1.0
+"""Room to build and write the answers of the killed turns."""
+SHUTDOWN_MARGIN_S = KILL_BOUND_S + ANSWER_S
+"""After the grace: every killed turn has answered within this."""
+
+
+def server_shutdown_timeout(grace_s: float) -> float:
+    """uvicorn's graceful-shutdown deadline: the grace, then the margin to kill and answer."""
+    return grace_s + SHUTDOWN_MARGIN_S

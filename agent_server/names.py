@@ -1,0 +1,82 @@
+"""The names every layer agrees on: environment variables, headers, spawn layers,
+override kinds, auth routes and outcome kinds.
+
+One home for each: the spawn env builder, the credential state and its guards, the
+status report, the classifier, the wire schemas and the metrics all read them here.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from enum import StrEnum
+from typing import Literal, get_args
+
+CLAUDE_OAUTH = "CLAUDE_CODE_OAUTH_TOKEN"
+API_KEY = "ANTHROPIC_API_KEY"
+AUTH_TOKEN = "ANTHROPIC_AUTH_TOKEN"  # noqa: S105 - a variable name
+BASE_URL = "ANTHROPIC_BASE_URL"
+PROVIDER_SWITCHES = ("CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX", "CLAUDE_CODE_USE_FOUNDRY")
+SUBSCRIPTION_SHADOW_KEYS = (API_KEY, AUTH_TOKEN, *PROVIDER_SWITCHES)
+"""The names Claude Code prefers over `CLAUDE_CODE_OAUTH_TOKEN` (the recorded transcripts)."""
+CLAUDE_CREDENTIALS = (API_KEY, AUTH_TOKEN, CLAUDE_OAUTH)
+"""In the order the CLI prefers them (`apiKeySource` reports the first)."""
+
+CONTROLLER_TOKEN = "TRINITY_AGENT_AUTH_TOKEN"  # noqa: S105 - a variable name
+EXECUTION_ID = "TRINITY_EXECUTION_ID"
+
+CONTROLLER_TOKEN_HEADER = "X-Trinity-Agent-Token"  # noqa: S105 - a header name
+AUTH_OVERRIDE_HEADER = "X-Trinity-Auth-Override"
+
+Layer = Literal["baseline", "env_file", "override", "per_spawn"]
+"""Where a spawn's variable came from (contract §4.2)."""
+
+AuthOverrideKind = Literal["oauth_token", "api_key", "provider"]
+AUTH_OVERRIDE_KINDS: tuple[AuthOverrideKind, ...] = get_args(AuthOverrideKind)
+AuthRoute = Literal["baseline", AuthOverrideKind]
+"""Which credential served a turn: the baseline, or the kind of its override."""
+
+
+class OutcomeKind(StrEnum):
+    """How a turn ended: the rows of the outcome table (contract §7), plus success."""
+
+    SUCCESS = "success"
+    CANCELLED = "cancelled"
+    CONTAINER_FAULT = "container_fault"
+    TIMEOUT = "timeout"
+    KILLED = "killed"
+    MODEL_UNSUPPORTED = "model_unsupported"
+    RATE_LIMIT = "rate_limit"
+    BILLING = "billing"
+    AUTH = "auth"
+    UPSTREAM_UNAVAILABLE = "upstream_unavailable"
+    MAX_TURNS = "max_turns"
+    EXECUTION_ERROR = "execution_error"
+
+
+# `.env` must never redirect what a spawn executes or loads: exec hooks and loaders.
+_PROTECTED_EXACT = frozenset(
+    {"PATH", "HOME", "NODE_OPTIONS", "BASH_ENV", "ENV", "IFS", "SHELL", CONTROLLER_TOKEN}
+)
+_PROTECTED_PATTERN = re.compile(
+    r"^(LD_.*|PYTHON.*|AGENT_SERVER_.*|GIT_(SSH|SSH_COMMAND|EXEC_PATH|EDITOR|SEQUENCE_EDITOR"
+    r"|PAGER|ASKPASS|PROXY_COMMAND|EXTERNAL_DIFF|TEMPLATE_DIR|CONFIG.*))$"
+)
+_CREDENTIAL_SUFFIXES = ("_API_KEY", "_TOKEN", "_SECRET", "_PASSWORD")
+
+
+def is_server_only(name: str) -> bool:
+    """The server's own secret and settings: no spawn ever receives them."""
+    return name == CONTROLLER_TOKEN or name.startswith("AGENT_SERVER_")
+
+
+@functools.lru_cache(maxsize=16384)
+def is_protected(name: str) -> bool:
+    """Names `.env` may not set (contract §4.2): loaders, exec hooks, the server's own."""
+    return name in _PROTECTED_EXACT or _PROTECTED_PATTERN.match(name) is not None
+
+
+@functools.lru_cache(maxsize=16384)
+def is_credential_name(name: str) -> bool:
+    """A variable whose value is a secret (the redactor's list, contract §8)."""
+    return name in CLAUDE_CREDENTIALS or name.endswith(_CREDENTIAL_SUFFIXES)

@@ -1,0 +1,70 @@
+"""Secret files in the state dir, written crash-safely at mode 0600 (contract §3).
+
+Like consul-template's AtomicWrite, but never create-then-chmod: the temp file is
+born 0600 with O_EXCL|O_NOFOLLOW in the same directory, synced, renamed over the
+target, and the directory synced. A crash at any instant leaves either the old
+complete file or the new one. Unsafe places are refused, never followed. The token
+override file, the generated controller token and the chat session id use it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import stat
+from pathlib import Path
+
+_CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class UnsafeLocation(OSError):
+    """The target is a symlink, or the state dir is writable by group or others."""
+
+
+def write_secret_file(path: Path, value: str) -> None:
+    """Write `value` to `path` crash-safely at mode 0600, whatever the umask.
+
+    Raises OSError (UnsafeLocation for a symlinked target or an open state dir);
+    on any failure the target is untouched and no temp file is left.
+    """
+    check_dir(path.parent)
+    if path.is_symlink():
+        msg = f"refusing to write through a symlink at {path}"
+        raise UnsafeLocation(msg)
+    tmp = path.with_name(f"{path.name}.tmp.{secrets.token_hex(8)}")
+    fd = os.open(tmp, _CREATE_FLAGS, 0o600)
+    try:
+        try:
+            os.fchmod(fd, 0o600)  # the mode at creation already is; keep it explicit
+            view = memoryview(value.encode())
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(path.parent)
+
+
+def check_dir(directory: Path) -> None:
+    """Refuse a state dir that is not a directory, or that group or others may write."""
+    st = os.stat(directory)
+    if not stat.S_ISDIR(st.st_mode):
+        msg = f"{directory} is not a directory"
+        raise UnsafeLocation(msg)
+    if st.st_mode & 0o022:
+        msg = f"state dir {directory} is writable by group or others (mode {st.st_mode & 0o777:o})"
+        raise UnsafeLocation(msg)
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

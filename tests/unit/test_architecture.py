@@ -1,0 +1,114 @@
+"""The package reads top-down: imports only point down the layers, and modules stay small.
+
+    __main__ > app > services          the composition root: builds and wires
+      routes, auth, openapi            HTTP in and out
+        config                         settings (names the runtimes)
+          execution                    one turn's orchestration, outcome, answer
+            runtimes | credentials     each owns its facts
+              spawn_env                the environment of a spawn
+                leaves                 logs > models, errors, redaction, metrics
+                                       > names, secret_file
+
+A module may import its own folder and anything on a lower layer; two folders on
+the same layer (runtimes, credentials) never import each other.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "agent_server"
+MAX_LINES = 400
+
+LAYERS: dict[str, int] = {
+    "__main__": 9,
+    "app": 8,
+    "services": 7,
+    "routes": 6,
+    "auth": 6,
+    "openapi": 6,
+    "config": 5,
+    "execution": 4,
+    "runtimes": 3,
+    "credentials": 3,
+    "spawn_env": 2,
+    "logs": 2,
+    "models": 1,
+    "errors": 1,
+    "redaction": 1,
+    "metrics": 1,
+    "names": 0,
+    "secret_file": 0,
+    "__init__": 0,
+}
+
+
+def _unit(module: str) -> str:
+    """The layer unit of a dotted module under agent_server: its folder, or itself."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def test_the_layers_reject_an_upward_import() -> None:
+    """The check itself: an execution module importing a route would be caught."""
+    assert (
+        LAYERS[_unit("agent_server.routes.health")] > LAYERS[_unit("agent_server.execution.turn")]
+    )
+
+
+def _modules() -> list[Path]:
+    return sorted(PACKAGE.rglob("*.py"))
+
+
+def _imports(path: Path) -> set[str]:
+    """Every agent_server module `path` imports (also inside functions)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module == "agent_server":
+                # `from agent_server import app` is a module; `__version__` is the package's.
+                found.update(
+                    f"agent_server.{alias.name}"
+                    if (PACKAGE / f"{alias.name}.py").exists() or (PACKAGE / alias.name).is_dir()
+                    else "agent_server.__init__"
+                    for alias in node.names
+                )
+            elif node.module.startswith("agent_server."):
+                found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("agent_server."))
+    return found
+
+
+def _dotted(path: Path) -> str:
+    relative = path.relative_to(PACKAGE.parent).with_suffix("")
+    return ".".join(relative.parts)
+
+
+def test_every_unit_has_a_layer() -> None:
+    """A new folder or top-level module must be placed on a layer here first."""
+    units = {_unit(_dotted(path)) for path in _modules()}
+    assert units <= set(LAYERS), units - set(LAYERS)
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_imports_point_down(path: Path) -> None:
+    """Each import stays in its own folder or goes to a strictly lower layer."""
+    mine = _unit(_dotted(path))
+    upward = [
+        target
+        for target in _imports(path)
+        if (unit := _unit(target)) != mine
+        and unit != "__init__"
+        and LAYERS.get(unit, 99) >= LAYERS[mine]
+    ]
+    assert not upward, f"{path.relative_to(PACKAGE)} reaches up or sideways to {upward}"
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_module_is_over_400_lines(path: Path) -> None:
+    """One idea a module: a file past 400 lines is doing two jobs."""
+    assert len(path.read_text(encoding="utf-8").splitlines()) <= MAX_LINES

@@ -1,0 +1,145 @@
+"""TurnRunner: one turn over a real registry, real spawn env and the fake CLI."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from pathlib import Path
+
+import pytest
+from pydantic import SecretStr
+
+from agent_server.config import Settings
+from agent_server.errors import RequestInvalid
+from agent_server.execution.turn import TurnAsk
+from agent_server.models import AuthOverride
+from agent_server.names import AUTH_OVERRIDE_HEADER
+from agent_server.services import Services
+from tests.support.server import FAKE_CLAUDE
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def services_for(tmp_path: Path, **extra: str) -> Services:
+    """Services of a server whose runtime command is the fake CLI."""
+    home = tmp_path / "home"
+    (home / "work").mkdir(parents=True, exist_ok=True)
+    environ = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(home),
+        "AGENT_SERVER_STATE_DIR": str(tmp_path / "state"),
+        "AGENT_SERVER_ENV_FILE": str(home / ".env"),
+        "AGENT_SERVER_WORKDIR": str(home / "work"),
+        "AGENT_SERVER_RUNTIME_COMMAND": str(FAKE_CLAUDE),
+        "TRINITY_AGENT_AUTH_TOKEN": "unit-controller-token-0001",
+        "CLAUDE_CODE_OAUTH_TOKEN": "unit-baseline-oauth-0001",
+        "IS_SANDBOX": "1",
+        **extra,
+    }
+    return Services.build(Settings.from_environ(environ))
+
+
+def test_a_runtime_without_override_support_ignores_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Codex: the override is dropped with a WARNING; no header, auth_route baseline."""
+    services = services_for(tmp_path, AGENT_RUNTIME="codex")
+    override = AuthOverride(oauth_token=SecretStr("unit-override-oauth-0001"))
+    with caplog.at_level(logging.WARNING, logger="agent_server.turn"):
+        answer = asyncio.run(
+            services.turns.run(TurnAsk(message="x", execution_id="cx", auth_override=override))
+        )
+    assert AUTH_OVERRIDE_HEADER not in answer.headers
+    detail = answer.body.get("detail") or answer.body["metadata"]
+    assert detail["auth_route"] == "baseline"
+    warnings = [r for r in caplog.records if "auth_override ignored" in r.getMessage()]
+    assert [r.levelno for r in warnings] == [logging.WARNING]
+    assert "unit-override-oauth-0001" not in caplog.text
+    assert services.registry.recently_completed() == ["cx"]
+
+
+def test_a_turn_stamps_its_override_on_success_and_on_error(tmp_path: Path) -> None:
+    """The header goes with every answer of an override turn."""
+    services = services_for(tmp_path)
+    override = AuthOverride(api_key=SecretStr("unit-override-key-0001"))
+
+    async def both() -> tuple[int, int, str | None, str | None]:
+        ok = await services.turns.run(TurnAsk(message="fine", auth_override=override))
+        bad = await services.turns.run(TurnAsk(message="@exit 2", auth_override=override))
+        return (
+            ok.status,
+            bad.status,
+            ok.headers.get(AUTH_OVERRIDE_HEADER),
+            bad.headers.get(AUTH_OVERRIDE_HEADER),
+        )
+
+    assert asyncio.run(both()) == (200, 500, "api_key", "api_key")
+
+
+@pytest.mark.parametrize(
+    ("stop", "status", "outcome"),
+    [("terminate", 200, "cancelled"), ("drain", 504, "killed")],
+    ids=["the terminate route cancels", "the shutdown drain kills"],
+)
+def test_a_stopped_turn_answers_by_who_stopped_it(
+    tmp_path: Path, stop: str, status: int, outcome: str
+) -> None:
+    """Only the terminate route makes a turn 'cancelled'; a shutdown kill is a failure."""
+    services = services_for(tmp_path)
+
+    async def scenario() -> tuple[int, str]:
+        turn = asyncio.create_task(
+            services.turns.run(TurnAsk(message="@sleep 30", execution_id="stopme"))
+        )
+        while not services.registry.running():
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.3)
+        if stop == "terminate":
+            services.registry.terminate("stopme")
+        else:
+            await services.registry.drain(0.1)
+        answer = await asyncio.wait_for(turn, 15)
+        if answer.status == 200:
+            return answer.status, str(answer.body["status"])
+        return answer.status, str(answer.body["detail"]["error_code"])
+
+    assert asyncio.run(scenario()) == (status, outcome)
+
+
+@pytest.mark.parametrize(
+    ("runtime", "ask", "refused"),
+    [
+        pytest.param(
+            "codex",
+            TurnAsk(message="x", system_prompt="terse", allowed_tools=("Read",)),
+            ["system_prompt", "allowed_tools"],
+            id="codex takes no system prompt and no tool list",
+        ),
+        pytest.param(
+            "gemini-cli",
+            TurnAsk(message="x", max_turns=2, persist_session=False),
+            ["max_turns", "persist_session"],
+            id="gemini takes no turn cap and keeps its sessions",
+        ),
+        pytest.param(
+            "claude-code",
+            TurnAsk(message="x", system_prompt="s", max_turns=2, persist_session=False),
+            [],
+            id="claude code honours every field",
+        ),
+    ],
+)
+def test_a_field_the_runtime_cannot_honour_is_refused_before_anything_runs(
+    tmp_path: Path, runtime: str, ask: TurnAsk, refused: list[str]
+) -> None:
+    """A 422 per field, naming field and runtime; the registry never sees the turn."""
+    services = services_for(tmp_path, AGENT_RUNTIME=runtime)
+    if not refused:
+        services.turns.refuse_unhonoured(ask)
+        return
+    with pytest.raises(RequestInvalid) as caught:
+        asyncio.run(services.turns.run(ask))
+    assert [issue["loc"] for issue in caught.value.errors] == [["body", f] for f in refused]
+    assert all(runtime in str(issue["msg"]) for issue in caught.value.errors)
+    assert services.registry.recently_completed() == []
