@@ -11,7 +11,7 @@ from pydantic import BaseModel
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from agent_server import __version__
@@ -44,6 +44,7 @@ from agent_server.models import (
 )
 from agent_server.openapi import Answer, Endpoint, openapi_document
 from agent_server.routes import credentials, executions, health
+from agent_server.routes.respond import answer
 from agent_server.services import Services
 
 logger = logging.getLogger("agent_server.app")
@@ -60,7 +61,7 @@ for _status in sorted(ERROR_STATUSES):
 
 async def _openapi(request: Request) -> Response:
     """The contract of this server (OpenAPI 3.1), generated from the pydantic models."""
-    return JSONResponse(request.app.state.openapi)
+    return answer(request, request.app.state.openapi)
 
 
 ENDPOINTS = (
@@ -173,26 +174,23 @@ def create_app(settings: Settings, services: Services | None = None) -> Starlett
 
 async def _api_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ApiError)  # noqa: S101 - registered for ApiError only
-    # A message may quote what the client sent (an execution id): it passes the redactor.
-    redactor = request.app.state.redactor
-    detail: dict[str, object] = {
-        "message": redactor.redact(exc.message),
-        "error_code": exc.error_code,
-    }
+    # A message may quote what the client sent (an execution id): `answer` redacts it.
+    detail: dict[str, object] = {"message": exc.message, "error_code": exc.error_code}
     if exc.retryable is not None:
         detail["retryable"] = exc.retryable
-    return JSONResponse({"detail": detail}, status_code=exc.status, headers=exc.headers)
+    return answer(request, {"detail": detail}, status_code=exc.status, headers=exc.headers)
 
 
 async def _request_invalid(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestInvalid)  # noqa: S101 - registered for RequestInvalid only
-    return JSONResponse({"detail": exc.errors}, status_code=422)
+    return answer(request, {"detail": exc.errors}, status_code=422)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)  # noqa: S101 - registered for HTTPException only
     code = HTTP_ERROR_CODES.get(exc.status_code, OTHER_HTTP_ERROR)
-    return JSONResponse(
+    return answer(
+        request,
         {"detail": {"message": str(exc.detail), "error_code": code}},
         status_code=exc.status_code,
         headers=exc.headers,
@@ -202,4 +200,4 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 async def _unexpected(request: Request, exc: Exception) -> Response:
     logger.exception("unexpected error on %s %s", request.method, request.url.path)
     detail = {"message": "internal error", "error_code": "internal_error"}
-    return JSONResponse({"detail": detail}, status_code=500)
+    return answer(request, {"detail": detail}, status_code=500)

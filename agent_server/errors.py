@@ -8,7 +8,8 @@
         ├── PersistFailed          500 persist_failed (nothing changed in memory)
         ├── ExecutionInProgress    409 execution_in_progress
         ├── Busy                   409 busy (+ Retry-After; never 429)
-        └── NotFound               404 not_found
+        ├── NotFound               404 not_found
+        └── PayloadTooLarge        413 payload_too_large (refused while reading)
     RequestInvalid             422 {"detail": [pydantic's errors, inputs removed]}
 
 `app.py` maps `ApiError` to a response in one place, and an HTTP-level refusal
@@ -84,6 +85,13 @@ class NotFound(ApiError):
 
     status = 404
     error_code = "not_found"
+
+
+class PayloadTooLarge(ApiError):
+    """The request body is over the limit (refused before it is read past it)."""
+
+    status = 413
+    error_code = "payload_too_large"
 
 
 class RequestInvalid(AgentServerError):

@@ -1,6 +1,7 @@
 """Prometheus metrics of one server (contract §8), on a registry of its own.
 
-No label ever carries a secret: outcomes, auth routes, results and variable names.
+Every label value comes from a fixed set (outcomes, auth routes, reload results, the
+shadow-key names, or `other`): nothing the agent writes can grow the series.
 """
 
 from __future__ import annotations
@@ -8,6 +9,8 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+OTHER_LABEL = "other"
+"""The label value of anything outside a label's fixed set."""
 
 
 class Metrics:
@@ -43,7 +46,7 @@ class Metrics:
         )
         self.suppressed_keys = Counter(
             "agent_server_spawn_suppressed_keys",
-            "Spawns in which a force-unset swallowed a .env key, by key name.",
+            "Spawns in which a force-unset swallowed a .env key, by key name (or other).",
             ["key"],
             registry=self.registry,
         )

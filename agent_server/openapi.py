@@ -78,6 +78,8 @@ def openapi_document(
                 "required": True,
                 "content": {"application/json": {"schema": schema}},
             }
+            # Every body is read through the one size limit (routes/requests.py).
+            operation["responses"]["413"] = _response(ErrorResponse, refs, "application/json")
         for status, answer in _with_internal_error(endpoint.responses).items():
             operation["responses"][str(status)] = _response(
                 answer, refs, endpoint.media_type if status < 300 else "application/json"

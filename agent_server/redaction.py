@@ -1,23 +1,45 @@
-"""The redactor: no secret leaves the server in a log line or a response (contract §8).
+"""The redactor: no secret leaves the server in a log line or an answer (contract §8).
 
-It replaces the exact value of every credential it has been told about (grow-only:
-a rotated-out token must stay hidden too) and token-shaped text (`sk-ant-…`, the
-value after `Authorization: Bearer`). Values shorter than 8 characters are not
-secrets worth a false positive on every short word.
+It masks the exact value of every secret it has been told about, and token shapes
+(`sk-ant-…`, the value after `Authorization: Bearer`). Matching is one Aho-Corasick
+pass (`ahocorasick-rs`), so its cost follows the text's length, not the number of
+secrets times the length. Which values it holds:
+
+- pinned, for the server's life: the controller token, the baseline's credentials,
+  every reloaded token and every override a request carried (a rotated-out token
+  must stay hidden);
+- the credential values the current `.env` holds; a value that leaves `.env` is kept
+  among the last `DEPARTED_LIMIT` departed values, then forgotten, so an agent that
+  rewrites its `.env` cannot grow the redactor without bound.
+
+Values shorter than `MIN_SECRET_LENGTH` are left alone (a false positive on every
+short word costs more than it hides); a number is matched as its text. Each value is
+also matched in its JSON-escaped spellings, so a secret holding a quote or a
+non-ASCII character is found inside a raw stream-json line too.
 """
 
 from __future__ import annotations
 
+import collections
+import json
 import logging
+import math
 import re
 import threading
 from collections.abc import Iterable
 from typing import Any
 
+import ahocorasick_rs
 from pydantic import SecretStr
 
 MASK = "[REDACTED]"
 MIN_SECRET_LENGTH = 8
+DEPARTED_LIMIT = 1024
+"""How many values that left `.env` stay masked before the oldest is forgotten."""
+MAX_CLEAN_DEPTH = 64
+"""Deeper JSON than this in an answer is replaced by `TOO_DEEP` (never a 500)."""
+TOO_DEEP = "[nested too deep]"
+
 # The value after "Bearer" in an Authorization header however it is printed:
 # `Authorization: Bearer v`, a dict repr `'authorization': 'Bearer v'`, `Authorization=Bearer v`,
 # or URL-encoded in a logged request line (`Authorization%3A+Bearer+v`).
@@ -28,47 +50,174 @@ _TOKEN_PATTERNS = re.compile(
     r"[^\s\"',;}&]+",
     re.IGNORECASE,
 )
+_TOKEN_HINTS = ("sk-ant-", "SK-ANT-", "earer", "EARER")
+"""Every text `_TOKEN_PATTERNS` can match holds one of these (`Bearer` in any case)."""
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_EXTRA_FIELDS = ("key", "execution_id")
+"""Log record attributes a formatter writes beside the message (redacted too)."""
 
 
 class Redactor:
     """Masks known secret values and token patterns in text and JSON-like values."""
 
-    def __init__(self) -> None:
+    def __init__(self, departed_limit: int = DEPARTED_LIMIT) -> None:
         self._lock = threading.Lock()
-        self._secrets: set[str] = set()
-        self._pattern: re.Pattern[str] | None = None
+        self._pinned: set[str] = set()
+        self._dotenv: frozenset[str] = frozenset()
+        self._departed: collections.OrderedDict[str, None] = collections.OrderedDict()
+        self._departed_limit = departed_limit
+        self._matcher: _Matcher | None = _Matcher(())
+
+    # --- what it knows ---------------------------------------------------------------
 
     def add(self, values: Iterable[SecretStr | str | None]) -> None:
-        """Remember secret values to mask from now on."""
-        new = set()
-        for value in values:
-            plain = value.get_secret_value() if isinstance(value, SecretStr) else value
-            if plain and len(plain) >= MIN_SECRET_LENGTH and plain not in self._secrets:
-                new.add(plain)
+        """Mask these values from now on, for the server's life."""
+        new = {v for v in _plain(values) if v not in self._pinned}
         if not new:
             return
         with self._lock:
-            self._secrets |= new
-            # Longest first, so a secret that contains another is masked whole.
-            ordered = sorted(self._secrets, key=len, reverse=True)
-            self._pattern = re.compile("|".join(re.escape(s) for s in ordered))
+            self._pinned |= new
+            self._matcher = None
+
+    def track_dotenv(self, values: Iterable[str]) -> None:
+        """The credential values `.env` holds now; values that left it start to age out."""
+        current = frozenset(_plain(values))
+        if current == self._dotenv:
+            return
+        with self._lock:
+            for gone in self._dotenv - current:
+                self._departed[gone] = None
+                self._departed.move_to_end(gone)
+            for back in current & self._departed.keys():
+                del self._departed[back]
+            while len(self._departed) > self._departed_limit:
+                self._departed.popitem(last=False)
+            self._dotenv = current
+            self._matcher = None
+
+    @property
+    def size(self) -> int:
+        """How many distinct secret values are masked now (not `__len__`: an empty
+        redactor must never be falsy where `redactor or Redactor()` is written)."""
+        return len(self._pinned | self._dotenv | self._departed.keys())
+
+    # --- masking -----------------------------------------------------------------------
 
     def redact(self, text: str) -> str:
-        """`text` with every known secret and token pattern masked."""
-        pattern = self._pattern
-        if pattern is not None:
-            text = pattern.sub(MASK, text)
-        return _TOKEN_PATTERNS.sub(_mask_token, text)
+        """`text` with every known secret and token pattern masked (the same object if none)."""
+        masked = self._current().mask(text)
+        return _TOKEN_PATTERNS.sub(_mask_token, masked) if _maybe_token(masked) else masked
 
-    def redact_value(self, value: Any) -> Any:
-        """Redact every string inside a JSON-like value (dicts, lists, strings)."""
+    def redact_bytes(self, data: bytes) -> bytes:
+        """A raw output line with every secret masked (the same object if none was found)."""
+        text = data.decode("utf-8", errors="replace")
+        masked = self.redact(text)
+        return data if masked is text else masked.encode("utf-8", errors="replace")
+
+    def clean(self, value: Any) -> Any:
+        """A JSON-safe copy of `value` for an answer: every string masked, surrogates
+        replaced, non-finite numbers null, a number that spells a secret masked, and
+        nothing nested deeper than `MAX_CLEAN_DEPTH`."""
+        matcher = self._current()
+        return self._clean(value, matcher, 0)
+
+    def _clean(self, value: Any, matcher: _Matcher, depth: int) -> Any:
         if isinstance(value, str):
-            return self.redact(value)
+            return self._clean_text(value, matcher)
+        if value is None or isinstance(value, bool):
+            return value
+        if isinstance(value, int | float):
+            if isinstance(value, float) and not math.isfinite(value):
+                return None
+            spelled = str(value)
+            return MASK if matcher.mask(spelled) is not spelled else value
+        if depth >= MAX_CLEAN_DEPTH:
+            return TOO_DEEP
         if isinstance(value, dict):
-            return {self.redact(str(k)): self.redact_value(v) for k, v in value.items()}
+            return {
+                self._clean_text(str(k), matcher): self._clean(v, matcher, depth + 1)
+                for k, v in value.items()
+            }
         if isinstance(value, list | tuple):
-            return [self.redact_value(v) for v in value]
-        return value
+            return [self._clean(v, matcher, depth + 1) for v in value]
+        return self._clean_text(str(value), matcher)
+
+    def _clean_text(self, text: str, matcher: _Matcher) -> str:
+        masked = matcher.mask(text)
+        if _maybe_token(masked):
+            masked = _TOKEN_PATTERNS.sub(_mask_token, masked)
+        try:
+            masked.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate, e.g. an emoji cut in half
+            masked = _SURROGATE.sub("\ufffd", masked)
+        return masked
+
+    def _current(self) -> _Matcher:
+        matcher = self._matcher
+        if matcher is not None:
+            return matcher
+        with self._lock:
+            if self._matcher is None:
+                self._matcher = _Matcher(self._pinned | self._dotenv | self._departed.keys())
+            return self._matcher
+
+
+class _Matcher:
+    """One immutable Aho-Corasick automaton over the values and their JSON spellings."""
+
+    def __init__(self, values: Iterable[str]) -> None:
+        forms: set[str] = set()
+        for value in values:
+            forms.add(value)
+            forms.add(json.dumps(value)[1:-1])  # `"` -> `\"`, é -> \u00e9
+            forms.add(json.dumps(value, ensure_ascii=False)[1:-1])
+        self._automaton = (
+            ahocorasick_rs.AhoCorasick(
+                sorted(forms),
+                matchkind=ahocorasick_rs.MatchKind.LeftmostLongest,
+                implementation=ahocorasick_rs.Implementation.ContiguousNFA,
+            )
+            if forms
+            else None
+        )
+
+    def mask(self, text: str) -> str:
+        """`text` with every form masked, longest first (the same object if none matched).
+
+        A lone surrogate (which no encoder takes) becomes U+FFFD first.
+        """
+        if self._automaton is None:
+            return text
+        try:
+            matches = self._automaton.find_matches_as_indexes(text)
+        except UnicodeEncodeError:
+            text = _SURROGATE.sub("\ufffd", text)
+            matches = self._automaton.find_matches_as_indexes(text)
+        if not matches:
+            return text
+        parts: list[str] = []
+        last = 0
+        for _, start, end in matches:
+            parts.append(text[last:start])
+            parts.append(MASK)
+            last = end
+        parts.append(text[last:])
+        return "".join(parts)
+
+
+def _plain(values: Iterable[SecretStr | str | None]) -> set[str]:
+    """The usable secret strings among `values` (at least `MIN_SECRET_LENGTH` long)."""
+    found = set()
+    for value in values:
+        plain = value.get_secret_value() if isinstance(value, SecretStr) else value
+        if plain and len(plain) >= MIN_SECRET_LENGTH:
+            found.add(plain)
+    return found
+
+
+def _maybe_token(text: str) -> bool:
+    """A cheap pre-check before the token-shape regex: most texts hold neither shape."""
+    return any(hint in text for hint in _TOKEN_HINTS)
 
 
 def _mask_token(match: re.Match[str]) -> str:
@@ -84,9 +233,13 @@ class RedactingFilter(logging.Filter):
         self.redactor = redactor
 
     def filter(self, record: logging.LogRecord) -> bool:
-        """Replace the record's message with its redacted rendering; never drops."""
+        """Replace the record's message (and extra fields) with redacted text; never drops."""
         record.msg = self.redactor.redact(record.getMessage())
         record.args = None
+        for name in _EXTRA_FIELDS:
+            value = getattr(record, name, None)
+            if isinstance(value, str):
+                setattr(record, name, self.redactor.redact(value))
         if record.exc_info and not record.exc_text:
             record.exc_text = logging.Formatter().formatException(record.exc_info)
         if record.exc_text:

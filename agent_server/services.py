@@ -52,7 +52,7 @@ class Services:
         `serving=False` (for `agent-server status`) creates no file: no state dir, no
         generated controller token, no sweep of temp files a live server may own.
         """
-        redactor = redactor or Redactor()
+        redactor = redactor if redactor is not None else Redactor()
         baseline = settings.baseline_env
         redactor.add(baseline[n] for n in baseline if is_credential_name(n))
         redactor.add([settings.auth_token, baseline.get(CONTROLLER_TOKEN)])

@@ -12,7 +12,14 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from bench import memory_startup, parallel_turns, reload_latency, spawn_env_build, turn_overhead
+from bench import (
+    memory_startup,
+    parallel_turns,
+    redaction,
+    reload_latency,
+    spawn_env_build,
+    turn_overhead,
+)
 from bench.plan import FULL, QUICK, Plan
 from bench.report import Figure, cpu_busy, machine, render, write_json
 from bench.server import Workspace
@@ -30,6 +37,7 @@ STEPS: dict[int, tuple[str, Step]] = {
     3: ("reload-token under load", lambda w, p: asyncio.run(reload_latency.measure(w, p))),
     4: ("memory and start", memory_startup.measure),
     5: ("spawn env build", lambda _w, p: spawn_env_build.measure(p)),
+    6: ("redaction at 10 / 1,000 / 20,000 secrets", lambda _w, p: redaction.measure(p)),
 }
 
 

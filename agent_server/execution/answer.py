@@ -1,13 +1,12 @@
 """The HTTP answer of one turn: the success body, or the error body of contract §7.
 
-Everything a turn returns passes the redactor here: the response text, the
-execution_log and the error message. `error_detail` is the one place the §7 body's
-keys are written.
+Its strings come from CLI output that was redacted as it arrived; the route renders
+the body through `Redactor.clean`, the one gate every answer passes. `error_detail`
+is the one place the §7 body's keys are written.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -18,7 +17,7 @@ from agent_server.execution.resets import format_instant
 from agent_server.execution.transcript import Transcript
 from agent_server.models import TurnMetadata, TurnResponse
 from agent_server.names import AuthRoute, OutcomeKind
-from agent_server.redaction import Redactor
+from agent_server.runtimes.events import load_event
 from agent_server.runtimes.stream import TurnStream
 
 
@@ -48,10 +47,8 @@ class FinishedTurn:
     session_reset: bool = False
 
 
-def build_answer(
-    outcome: Outcome, turn: FinishedTurn, redactor: Redactor, now: datetime
-) -> TurnAnswer:
-    """The one HTTP answer of a turn, every string redacted."""
+def build_answer(outcome: Outcome, turn: FinishedTurn, now: datetime) -> TurnAnswer:
+    """The one HTTP answer of a turn (its route renders it through the redactor)."""
     stream = turn.stream
     # Only a session id the CLI itself reported: never one it did not see.
     session_id = stream.session_id
@@ -72,14 +69,14 @@ def build_answer(
         log_truncated=turn.transcript.truncated,
         session_reset=turn.session_reset,
     )
-    log = redactor.redact_value(_events(turn.transcript))
+    log = _events(turn.transcript)
     if outcome.kind in (OutcomeKind.SUCCESS, OutcomeKind.CANCELLED):
         text = (
             stream.result_text if stream.result_text is not None else "".join(stream.assistant_text)
         )
         body = TurnResponse(
             status="success" if outcome.kind is OutcomeKind.SUCCESS else "cancelled",
-            response=redactor.redact(text),
+            response=text,
             execution_log=log,
             session_id=session_id,
             timestamp=now.isoformat(),
@@ -93,7 +90,6 @@ def build_answer(
         metadata=metadata.model_dump(),
         execution_log=log,
     )
-    detail["message"] = redactor.redact(str(detail["message"]))
     headers = {}
     retry_after = retry_after_seconds(outcome, now)
     if retry_after is not None:
@@ -135,12 +131,9 @@ def retry_after_seconds(outcome: Outcome, now: datetime) -> int | None:
 
 
 def _events(transcript: Transcript) -> list[Any]:
-    """The kept stdout lines as JSON events (a non-JSON line stays a string)."""
+    """The kept stdout lines as JSON values; a line that is no sound JSON stays text."""
     events: list[Any] = []
     for line in transcript.lines():
-        text = line.decode("utf-8", errors="replace")
-        try:
-            events.append(json.loads(text))
-        except ValueError:
-            events.append(text)
+        event = load_event(line)
+        events.append(event if event is not None else line.decode("utf-8", errors="replace"))
     return events

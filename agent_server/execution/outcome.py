@@ -31,6 +31,7 @@ from agent_server.execution.evidence import (
     NOT_FOUND_TYPES,
     OOM_TEXT,
     RATE_LIMIT_CODES,
+    RATE_LIMIT_WINDOWS,
     SIGNAL_EXIT_CODES,
     TEXT_MARKERS,
     UPSTREAM_CODES,
@@ -40,6 +41,7 @@ from agent_server.execution.resets import format_instant, parse_resets_at
 from agent_server.execution.runner import ProcessFacts
 from agent_server.names import OutcomeKind
 from agent_server.runtimes.base import OutcomeHints
+from agent_server.runtimes.events import one_of
 from agent_server.runtimes.stream import TurnStream
 
 
@@ -235,7 +237,7 @@ def _build(
     if kind is OutcomeKind.RATE_LIMIT:
         resets_at = parse_resets_at(stream.rate_limit_info, error_texts, now)
         window = (stream.rate_limit_info or {}).get("rateLimitType")
-        rate_limit_type = window if isinstance(window, str) and window else None
+        rate_limit_type = one_of(window, RATE_LIMIT_WINDOWS)
     fallback = {
         OutcomeKind.MODEL_UNSUPPORTED: f"The model is not available to {label}",
         OutcomeKind.RATE_LIMIT: f"{label} hit a usage limit",
@@ -274,7 +276,7 @@ def _outcome(
         api_error_status=api_error_status,
         resets_at=resets_at,
         rate_limit_type=rate_limit_type,
-        message=_shape_message(message, auth=kind is OutcomeKind.AUTH),
+        message=shape_message(message, auth=kind is OutcomeKind.AUTH),
     )
 
 
@@ -285,8 +287,12 @@ def _first_text(texts: Sequence[str]) -> str | None:
     return None
 
 
-def _shape_message(message: str, *, auth: bool) -> str:
-    """One short line; a non-auth message loses every auth word the controller scans."""
+def shape_message(message: str, *, auth: bool) -> str:
+    """One short line; a non-auth message loses every auth word the controller scans.
+
+    Its input is already redacted (CLI output is masked as it arrives): clipping can
+    only cut a mask, never a secret.
+    """
     line = " ".join(message.split())
     if len(line) > _MAX_MESSAGE_CHARS:
         line = line[: _MAX_MESSAGE_CHARS - 1] + "…"

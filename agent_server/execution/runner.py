@@ -87,7 +87,8 @@ async def run_process(
       normal exit, whatever is left of the group is SIGKILLed. Every ending reaps the
       leader and the group's members that are our children before returning (or
       before re-raising the cancellation).
-    - `facts.stderr` is the last `stderr_tail_bytes` of stderr, not yet redacted.
+    - `facts.stderr` is the last `stderr_tail_bytes` of stderr from its first whole
+      line on, not yet redacted.
     - `on_spawn` gets the leader's pid (= its process group id) once it runs.
     """
     if not argv:
@@ -215,6 +216,34 @@ class _LineSplitter:
         self._discarding = False
 
 
+class StderrTail:
+    """The last `limit` bytes of stderr, read back from its first whole line.
+
+    A cut can fall inside a secret, whose remaining end no redactor can recognise:
+    once bytes were dropped, the partial first line goes too.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self._kept = bytearray()
+        self._limit = limit
+        self._cut = False
+
+    def feed(self, data: bytes) -> None:
+        """Keep `data`, dropping the oldest bytes past the limit."""
+        self._kept += data
+        excess = len(self._kept) - self._limit
+        if excess > 0:
+            del self._kept[:excess]
+            self._cut = True
+
+    def text(self) -> str:
+        """The kept tail, decoded leniently (not yet redacted)."""
+        tail = bytes(self._kept)
+        if self._cut:
+            tail = tail.partition(b"\n")[2]
+        return tail.decode("utf-8", errors="replace")
+
+
 class _TurnProtocol(asyncio.SubprocessProtocol):
     """Receives the child's pipes and exit; all state of one run's I/O."""
 
@@ -222,8 +251,7 @@ class _TurnProtocol(asyncio.SubprocessProtocol):
         self, *, on_line: Callable[[bytes], None], max_line_bytes: int, stderr_tail_bytes: int
     ) -> None:
         self._lines = _LineSplitter(on_line, max_line_bytes)
-        self._stderr = bytearray()
-        self._stderr_max = stderr_tail_bytes
+        self._stderr = StderrTail(stderr_tail_bytes)
         self.exited = asyncio.Event()
         self.stdout_closed = asyncio.Event()
         self.stderr_closed = asyncio.Event()
@@ -235,10 +263,7 @@ class _TurnProtocol(asyncio.SubprocessProtocol):
         if fd == 1:
             self._deliver(lambda: self._lines.feed(data))
         elif fd == 2:
-            self._stderr += data
-            excess = len(self._stderr) - self._stderr_max
-            if excess > 0:
-                del self._stderr[:excess]
+            self._stderr.feed(data)
 
     def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
         if fd == 1:
@@ -254,7 +279,7 @@ class _TurnProtocol(asyncio.SubprocessProtocol):
         self.closed.set()
 
     def stderr_tail(self) -> str:
-        return self._stderr.decode("utf-8", errors="replace")
+        return self._stderr.text()
 
     def _deliver(self, step: Callable[[], None]) -> None:
         # A callback error cannot propagate out of a protocol callback: keep it for

@@ -28,9 +28,9 @@ from agent_server.execution.registry import Execution, Registry
 from agent_server.execution.runner import ProcessFacts, run_process
 from agent_server.execution.transcript import Transcript
 from agent_server.logs import execution_id_var
-from agent_server.metrics import Metrics
+from agent_server.metrics import OTHER_LABEL, Metrics
 from agent_server.models import AuthOverride
-from agent_server.names import AUTH_OVERRIDE_HEADER
+from agent_server.names import AUTH_OVERRIDE_HEADER, SUBSCRIPTION_SHADOW_KEYS
 from agent_server.redaction import Redactor
 from agent_server.runtimes.base import RuntimeAdapter, TurnSpec
 from agent_server.runtimes.stream import TurnStream
@@ -164,7 +164,9 @@ class TurnRunner:
     ) -> TurnAnswer:
         spawn = self.spawn_envs.build(state.baseline, state.overrides, credential.layer)
         for key in spawn.suppressed:
-            self.metrics.suppressed_keys.labels(key=key).inc()
+            # A label from a fixed set only: `.env` names are the agent's to choose.
+            label = key if key in SUBSCRIPTION_SHADOW_KEYS else OTHER_LABEL
+            self.metrics.suppressed_keys.labels(key=label).inc()
         spec = TurnSpec(
             prompt=ask.message,
             permission_mode=self.permission_mode,
@@ -199,9 +201,7 @@ class TurnRunner:
             transcript=attempt.transcript,
             session_reset=session_reset,
         )
-        return build_answer(
-            self._classify(attempt, execution, spec, now), finished, self.redactor, now
-        )
+        return build_answer(self._classify(attempt, execution, spec, now), finished, now)
 
     def _classify(
         self, attempt: _Attempt, execution: Execution, spec: TurnSpec, now: datetime
@@ -233,7 +233,9 @@ class TurnRunner:
         transcript = Transcript(self.max_log_bytes)
 
         def on_line(line: bytes) -> None:
-            transcript.append(line, is_result=parser.feed(line))
+            # Redacted as it arrives: nothing downstream (parse, clip, shape) sees a secret.
+            clean = self.redactor.redact_bytes(line)
+            transcript.append(clean, is_result=parser.feed(clean))
 
         def on_spawn(pid: int) -> None:
             logger.debug("spawned %s as process group %d", self.adapter.name, pid)

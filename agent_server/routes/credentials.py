@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import Response
 
 from agent_server.config import Settings
 from agent_server.credentials.status import credential_status
@@ -15,6 +15,7 @@ from agent_server.models import ReloadTokenRequest, ReloadTokenResponse
 from agent_server.names import SUBSCRIPTION_SHADOW_KEYS
 from agent_server.redaction import Redactor
 from agent_server.routes.requests import parse_json
+from agent_server.routes.respond import answer
 from agent_server.spawn_env.builder import SpawnEnvBuilder
 
 logger = logging.getLogger("agent_server.credentials")
@@ -23,7 +24,7 @@ RELOAD_INVALID = "validation_failed"
 """The reload metric's result for a body that fails validation (422)."""
 
 
-async def reload_token(request: Request) -> JSONResponse:
+async def reload_token(request: Request) -> Response:
     """Persist a rotated OAuth token, then make it every next spawn's credential.
 
     Every answer counts in `agent_server_credential_reloads_total{result}`: `changed`,
@@ -42,7 +43,7 @@ async def reload_token(request: Request) -> JSONResponse:
         reloads.labels(result=ApiError.error_code).inc()
         raise
     reloads.labels(result="changed" if response.changed else "unchanged").inc()
-    return JSONResponse(response.model_dump())
+    return answer(request, response.model_dump())
 
 
 async def _reload(request: Request) -> ReloadTokenResponse:
@@ -78,7 +79,7 @@ async def _reload(request: Request) -> ReloadTokenResponse:
     )
 
 
-async def status(request: Request) -> JSONResponse:
+async def status(request: Request) -> Response:
     """Which credential the next spawn uses, and how `.env` drifts from the process env."""
     settings: Settings = request.app.state.settings
     spawn_envs: SpawnEnvBuilder = request.app.state.spawn_envs
@@ -89,4 +90,4 @@ async def status(request: Request) -> JSONResponse:
         runtime=settings.runtime,
         env_file=settings.env_file,
     )
-    return JSONResponse(report.model_dump())
+    return answer(request, report.model_dump())

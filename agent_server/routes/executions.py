@@ -7,7 +7,7 @@ import contextlib
 import logging
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import Response
 
 from agent_server.execution.answer import TurnAnswer
 from agent_server.execution.chat_session import ChatSession
@@ -22,11 +22,12 @@ from agent_server.models import (
 )
 from agent_server.names import OutcomeKind
 from agent_server.routes.requests import parse_json
+from agent_server.routes.respond import answer
 
 logger = logging.getLogger("agent_server.executions")
 
 
-async def task(request: Request) -> JSONResponse:
+async def task(request: Request) -> Response:
     """Run one stateless turn (a fresh session unless `resume_session_id`)."""
     body = await parse_json(request, ParallelTaskRequest)
     if body.async_result:
@@ -44,10 +45,10 @@ async def task(request: Request) -> JSONResponse:
         persist_session=body.persist_session,
         auth_override=body.auth_override,
     )
-    return _respond(await _run_watched(request, ask))
+    return _respond(request, await _run_watched(request, ask))
 
 
-async def chat(request: Request) -> JSONResponse:
+async def chat(request: Request) -> Response:
     """One turn of the agent's chat: serialised, resuming its session across credentials."""
     session: ChatSession = request.app.state.chat
     body = await parse_json(request, ChatRequest)
@@ -61,13 +62,13 @@ async def chat(request: Request) -> JSONResponse:
             auth_override=body.auth_override,
             reset_unknown_session=True,
         )
-        answer = await _run_watched(request, ask)
-        if answer.outcome.kind is OutcomeKind.SUCCESS and answer.session_id:
-            session.remember(answer.session_id)
-    return _respond(answer)
+        turn = await _run_watched(request, ask)
+        if turn.outcome.kind is OutcomeKind.SUCCESS and turn.session_id:
+            session.remember(turn.session_id)
+    return _respond(request, turn)
 
 
-async def running(request: Request) -> JSONResponse:
+async def running(request: Request) -> Response:
     """The turns in flight and the ids that finished recently."""
     registry: Registry = request.app.state.registry
     body = RunningExecutions(
@@ -82,14 +83,14 @@ async def running(request: Request) -> JSONResponse:
         ],
         recently_completed_ids=registry.recently_completed(),
     )
-    return JSONResponse(body.model_dump())
+    return answer(request, body.model_dump())
 
 
-async def terminate(request: Request) -> JSONResponse:
+async def terminate(request: Request) -> Response:
     """Kill a running turn's process group; that turn answers `cancelled`."""
     registry: Registry = request.app.state.registry
     status = registry.terminate(request.path_params["execution_id"])
-    return JSONResponse(TerminateResponse(status=status).model_dump())
+    return answer(request, TerminateResponse(status=status).model_dump())
 
 
 async def _run_watched(request: Request, ask: TurnAsk) -> TurnAnswer:
@@ -114,5 +115,5 @@ async def _watch_disconnect(request: Request, gone: asyncio.Event) -> None:
             return
 
 
-def _respond(answer: TurnAnswer) -> JSONResponse:
-    return JSONResponse(answer.body, status_code=answer.status, headers=answer.headers)
+def _respond(request: Request, turn: TurnAnswer) -> Response:
+    return answer(request, turn.body, status_code=turn.status, headers=turn.headers)

@@ -6,7 +6,7 @@ import os
 import shutil
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from agent_server import __version__
 from agent_server.config import Settings
@@ -14,6 +14,7 @@ from agent_server.execution.registry import Registry
 from agent_server.metrics import CONTENT_TYPE, Metrics
 from agent_server.models import Capabilities, Health
 from agent_server.names import AUTH_OVERRIDE_KINDS
+from agent_server.routes.respond import answer, answer_text
 from agent_server.runtimes.base import TURN_OPTIONS, RuntimeAdapter
 
 
@@ -24,7 +25,7 @@ def runtime_available(command: str) -> bool:
     return shutil.which(command) is not None
 
 
-async def health(request: Request) -> JSONResponse:
+async def health(request: Request) -> Response:
     """Liveness and readiness: the body says what is wrong, the status stays 200."""
     settings: Settings = request.app.state.settings
     adapter: RuntimeAdapter = request.app.state.adapter
@@ -43,10 +44,10 @@ async def health(request: Request) -> JSONResponse:
             turn_options=[name for name in TURN_OPTIONS if name in adapter.honours],
         ),
     )
-    return JSONResponse(body.model_dump())
+    return answer(request, body.model_dump())
 
 
 async def metrics(request: Request) -> Response:
     """Prometheus text exposition (no auth, no secrets)."""
     registry: Metrics = request.app.state.metrics
-    return Response(registry.render(), media_type=CONTENT_TYPE)
+    return answer_text(request, registry.render().decode("utf-8"), CONTENT_TYPE)

@@ -16,13 +16,20 @@ from agent_server.runtimes.events import (
     add_error_text,
     as_float,
     as_int,
+    as_model_id,
+    as_session_id,
     as_str,
     decode_event,
+    one_of,
 )
 from agent_server.runtimes.stream import TurnStream
 
 __all__ = ["ClaudeCodeAdapter", "ClaudeStreamParser"]
 
+API_KEY_SOURCES = frozenset(
+    {"none", "ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "apiKeyHelper", "/login managed key"}
+)
+"""What init's `apiKeySource` says (anything else is reported as `other`)."""
 # The retry events the classifier reads are few; a CLI retrying for minutes is not.
 MAX_API_RETRIES = 64
 _RETRY_KEYS = ("attempt", "max_retries", "retry_delay_ms", "error_status", "error")
@@ -41,7 +48,7 @@ class ClaudeStreamParser:
             return False
         kind = event.get("type")
         if self.stream.session_id is None:
-            self.stream.session_id = as_str(event.get("session_id"))
+            self.stream.session_id = as_session_id(event.get("session_id"))
         if kind == "system":
             self._system(event)
         elif kind == "assistant":
@@ -57,10 +64,10 @@ class ClaudeStreamParser:
         subtype = event.get("subtype")
         if subtype == "init":
             stream = self.stream
-            stream.session_id = as_str(event.get("session_id")) or stream.session_id
-            stream.model = as_str(event.get("model")) or stream.model
+            stream.session_id = as_session_id(event.get("session_id")) or stream.session_id
+            stream.model = as_model_id(event.get("model")) or stream.model
             stream.permission_mode = as_str(event.get("permissionMode"))
-            stream.api_key_source = as_str(event.get("apiKeySource"))
+            stream.api_key_source = one_of(event.get("apiKeySource"), API_KEY_SOURCES)
         elif subtype == "api_retry" and len(self.stream.api_retries) < MAX_API_RETRIES:
             self.stream.api_retries.append({k: event[k] for k in _RETRY_KEYS if k in event})
 

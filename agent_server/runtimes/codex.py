@@ -18,7 +18,13 @@ from __future__ import annotations
 from typing import Any
 
 from agent_server.runtimes.base import OutcomeHints, StreamParser, TurnSpec
-from agent_server.runtimes.events import add_error_text, as_int, as_str, decode_event
+from agent_server.runtimes.events import (
+    add_error_text,
+    as_int,
+    as_session_id,
+    as_str,
+    decode_event,
+)
 from agent_server.runtimes.stream import TurnStream
 
 __all__ = ["CodexAdapter", "CodexStreamParser"]
@@ -41,7 +47,7 @@ class CodexStreamParser:
         stream = self.stream
         kind = event.get("type")
         if kind == "thread.started":
-            stream.session_id = as_str(event.get("thread_id")) or stream.session_id
+            stream.session_id = as_session_id(event.get("thread_id")) or stream.session_id
         elif kind == "item.completed":
             self._item(event.get("item"))
         elif kind == "turn.completed":

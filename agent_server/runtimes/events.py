@@ -1,12 +1,19 @@
 """Reading one line of any runtime's event stream, safely and with bounded memory.
 
-Shared by the Claude Code, Codex and Gemini CLI parsers: a line is a JSON object or
-nothing, a field has the type it should or is None, and error texts are capped.
+Shared by the Claude Code, Codex and Gemini CLI parsers and by the answer's
+execution_log: a line is a well-formed JSON value or nothing, a field has the type
+and shape it should or is None, and error texts are capped. Every string here comes
+from the CLI, so every string is hostile: a line that is too deep, holds a
+non-finite number or a lone surrogate is no event at all (the execution_log keeps
+it as text), and an identifier that does not look like one is dropped.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import re
+from collections.abc import Collection
 from typing import Any
 
 from agent_server.runtimes.stream import TurnStream
@@ -14,6 +21,41 @@ from agent_server.runtimes.stream import TurnStream
 # One error text is enough to classify and to show; a runaway one must not grow memory.
 MAX_ERROR_TEXT_CHARS = 4096
 MAX_ERROR_TEXTS = 32
+MAX_EVENT_DEPTH = 32
+"""A real event nests a handful of levels (a tool input a few more); deeper is not one."""
+
+_SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
+_MODEL_ID = re.compile(r"^[A-Za-z0-9<][A-Za-z0-9._:/@\[\]<>-]{0,127}$")
+OTHER = "other"
+"""What a field from a known set reads when the CLI said something else."""
+
+
+class _NotAnEvent(ValueError):
+    """A line that parses as JSON but is not a value we accept."""
+
+
+def _finite(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):  # 1e999 parses to inf
+        raise _NotAnEvent(text)
+    return number
+
+
+def _no_constant(name: str) -> float:
+    raise _NotAnEvent(name)  # NaN, Infinity, -Infinity
+
+
+def load_event(line: bytes | str) -> Any:
+    """One line as a JSON value, or None: invalid, too deep, non-finite, lone surrogate.
+
+    Never raises.
+    """
+    try:
+        value = json.loads(line, parse_float=_finite, parse_constant=_no_constant)
+    except (ValueError, RecursionError):
+        # ValueError covers invalid JSON, invalid UTF-8 and _NotAnEvent.
+        return None
+    return value if _well_formed(value) else None
 
 
 def decode_event(line: bytes) -> dict[str, Any] | None:
@@ -21,12 +63,27 @@ def decode_event(line: bytes) -> dict[str, Any] | None:
     stripped = line.strip()
     if not stripped.startswith(b"{"):
         return None
-    try:
-        event = json.loads(stripped)
-    except (ValueError, RecursionError):
-        # ValueError covers invalid JSON and invalid UTF-8 (UnicodeDecodeError).
-        return None
+    event = load_event(stripped)
     return event if isinstance(event, dict) else None
+
+
+def _well_formed(value: Any) -> bool:
+    """No deeper than MAX_EVENT_DEPTH, and every string encodable (no lone surrogate)."""
+    pending: list[tuple[Any, int]] = [(value, 0)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, str):
+            if not item.isascii():
+                try:
+                    item.encode("utf-8")
+                except UnicodeEncodeError:
+                    return False
+        elif isinstance(item, dict | list):
+            if depth >= MAX_EVENT_DEPTH:
+                return False
+            children = [*item.keys(), *item.values()] if isinstance(item, dict) else item
+            pending.extend((child, depth + 1) for child in children)
+    return True
 
 
 def as_int(value: object) -> int | None:
@@ -50,6 +107,23 @@ def as_float(value: object) -> float | None:
 def as_str(value: object) -> str | None:
     """A non-empty string field, else None."""
     return value if isinstance(value, str) and value else None
+
+
+def as_session_id(value: object) -> str | None:
+    """A session id: a UUID-like token of at most 128 characters, else None."""
+    return value if isinstance(value, str) and _SESSION_ID.match(value) else None
+
+
+def as_model_id(value: object) -> str | None:
+    """A model id such as `claude-sonnet-5-5` or `models/gemini-2.5-pro`, else None."""
+    return value if isinstance(value, str) and _MODEL_ID.match(value) else None
+
+
+def one_of(value: object, known: Collection[str]) -> str | None:
+    """`value` when it is one of `known`, `other` for any other string, else None."""
+    if not isinstance(value, str) or not value:
+        return None
+    return value if value in known else OTHER
 
 
 def add_error_text(stream: TurnStream, text: str | None) -> None:

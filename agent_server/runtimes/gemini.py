@@ -23,7 +23,15 @@ from typing import Any
 
 from agent_server.names import OutcomeKind
 from agent_server.runtimes.base import OutcomeHints, StreamParser, TurnSpec
-from agent_server.runtimes.events import add_error_text, as_float, as_int, as_str, decode_event
+from agent_server.runtimes.events import (
+    add_error_text,
+    as_float,
+    as_int,
+    as_model_id,
+    as_session_id,
+    as_str,
+    decode_event,
+)
 from agent_server.runtimes.stream import TurnStream
 
 __all__ = ["GeminiAdapter", "GeminiStreamParser", "error_body_facts"]
@@ -56,8 +64,8 @@ class GeminiStreamParser:
         stream = self.stream
         kind = event.get("type")
         if kind == "init":
-            stream.session_id = as_str(event.get("session_id")) or stream.session_id
-            stream.model = as_str(event.get("model")) or stream.model
+            stream.session_id = as_session_id(event.get("session_id")) or stream.session_id
+            stream.model = as_model_id(event.get("model")) or stream.model
         elif kind == "message" and event.get("role") == "assistant":
             # Deltas are fragments of one reply: kept whole, joined for the result text.
             stream.add_assistant_text(as_str(event.get("content")) or "")

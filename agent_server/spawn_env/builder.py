@@ -1,8 +1,8 @@
 """Spawn environments as the server builds them: `.env` read fresh, warnings given once.
 
 `build_spawn_env` is pure; this is the stateful edge around it. It re-reads `.env`
-for every spawn (cached by the file's identity), hands every credential value it
-finds to the redactor, and warns once per key name about `.env` keys that a
+for every spawn (cached by the file's identity), tells the redactor which credential
+values `.env` holds now, and warns once per key name about `.env` keys that a
 force-unset swallowed or that are protected (contract §4.2).
 """
 
@@ -49,11 +49,11 @@ class SpawnEnvBuilder:
         self._protected = OnceWarner("spawn env: ignoring protected key %s in .env")
 
     def read_dotenv(self) -> Mapping[str, str]:
-        """The current `.env` values; their credentials join the redactor."""
+        """The current `.env` values; the redactor tracks their credentials."""
         values = self.dotenv.read()
         # The reader hands back the same mapping while the file is unchanged: scan it once.
         if values is not self._redacted:
-            self._redactor.add(values[n] for n in values if is_credential_name(n))
+            self._redactor.track_dotenv(values[n] for n in values if is_credential_name(n))
             self._redacted = values
         return values
 

@@ -31,7 +31,7 @@ def _outcome(kind: OutcomeKind, message: str = "", resets_at: datetime | None = 
 
 
 def _turn(stream: TurnStream, lines: tuple[bytes, ...] = ()) -> FinishedTurn:
-    transcript = Transcript(1024)
+    transcript = Transcript(1 << 20)
     for line in lines:
         transcript.append(line)
     return FinishedTurn(
@@ -53,7 +53,7 @@ def _redactor() -> Redactor:
 
 def test_no_session_id_is_reported_that_the_cli_did_not_report() -> None:
     """A stream without a session id answers null, in the body and in the metadata."""
-    answer = build_answer(_outcome(OutcomeKind.SUCCESS), _turn(TurnStream()), Redactor(), NOW)
+    answer = build_answer(_outcome(OutcomeKind.SUCCESS), _turn(TurnStream()), NOW)
     assert answer.session_id is None
     assert answer.body["session_id"] is None
     assert answer.body["metadata"]["session_id"] is None
@@ -62,17 +62,29 @@ def test_no_session_id_is_reported_that_the_cli_did_not_report() -> None:
 def test_the_cli_session_id_is_reported() -> None:
     """The id the CLI's stream carried is the answer's."""
     stream = TurnStream(session_id="abc-123", result_text="done", has_result=True)
-    answer = build_answer(_outcome(OutcomeKind.SUCCESS), _turn(stream), Redactor(), NOW)
+    answer = build_answer(_outcome(OutcomeKind.SUCCESS), _turn(stream), NOW)
     assert (answer.session_id, answer.body["response"]) == ("abc-123", "done")
 
 
-def test_every_string_of_a_success_is_redacted() -> None:
-    """The response text and the execution log pass the redactor."""
+def test_every_string_of_a_success_is_redacted_by_the_gate() -> None:
+    """The response text and the execution log come out of `Redactor.clean` masked."""
     stream = TurnStream(result_text=f"the key is {SECRET}", has_result=True)
     line = b'{"type": "assistant", "text": "' + SECRET.encode() + b'"}'
-    answer = build_answer(_outcome(OutcomeKind.SUCCESS), _turn(stream, (line,)), _redactor(), NOW)
-    assert SECRET not in str(answer.body)
-    assert MASK in answer.body["response"]
+    answer = build_answer(_outcome(OutcomeKind.SUCCESS), _turn(stream, (line,)), NOW)
+    body = _redactor().clean(answer.body)
+    assert SECRET not in str(body)
+    assert MASK in body["response"]
+    assert body["execution_log"] == [{"type": "assistant", "text": MASK}]
+
+
+def test_a_line_that_is_no_sound_event_stays_text_in_the_log() -> None:
+    """Too deep, non-finite or a lone surrogate: kept as the line's text, never a 500."""
+    deep = b"[" * 100_000 + b"]" * 100_000
+    lines = (b'{"total_cost_usd": NaN}', b'{"x": 1e999}', b'{"t": "\\ud83d"}', deep, b"plain")
+    answer = build_answer(_outcome(OutcomeKind.SUCCESS), _turn(TurnStream(), lines), NOW)
+    log = answer.body["execution_log"]
+    assert [type(event) for event in log] == [str] * 5
+    assert log[-1] == "plain"
 
 
 def test_an_error_is_the_contract_body_with_retry_after() -> None:
@@ -80,9 +92,9 @@ def test_an_error_is_the_contract_body_with_retry_after() -> None:
     outcome = _outcome(
         OutcomeKind.RATE_LIMIT, f"limit for {SECRET}", resets_at=NOW + timedelta(seconds=90.2)
     )
-    answer = build_answer(outcome, _turn(TurnStream()), _redactor(), NOW)
+    answer = build_answer(outcome, _turn(TurnStream()), NOW)
     assert answer.status == 429
-    detail = answer.body["detail"]
+    detail = _redactor().clean(answer.body)["detail"]
     assert (detail["error_code"], detail["switch_credential"]) == ("rate_limit", True)
     assert detail["resets_at"] == "2026-12-01T12:01:31Z"
     assert answer.headers == {"Retry-After": "91"}

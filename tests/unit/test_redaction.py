@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import io
+import json
 import logging
 
 import pytest
 from pydantic import SecretStr
 
 from agent_server.logs import JsonFormatter
-from agent_server.redaction import MASK, RedactingFilter, Redactor
+from agent_server.redaction import MASK, MAX_CLEAN_DEPTH, TOO_DEEP, RedactingFilter, Redactor
 
 SECRET = "plain-secret-value-1"
 
@@ -45,19 +46,105 @@ def test_redact(known: list[str | SecretStr | None], text: str, expected: str) -
 
 
 def test_rotated_out_secrets_stay_masked() -> None:
-    """The redactor only grows: an older token is still hidden after a new one is added."""
+    """Pinned values stay: an older token is still hidden after a new one is added."""
     redactor = Redactor()
     redactor.add([SECRET])
     redactor.add(["next-secret-value-2"])
     assert redactor.redact(f"{SECRET} next-secret-value-2") == f"{MASK} {MASK}"
 
 
-def test_redact_value_walks_json() -> None:
+def test_clean_walks_json() -> None:
     """Strings inside dicts (keys too) and lists are masked; other values pass."""
     redactor = Redactor()
     redactor.add([SECRET])
-    value = {"a": [SECRET, 1, None], SECRET: {"b": f"x{SECRET}"}}
-    assert redactor.redact_value(value) == {"a": [MASK, 1, None], MASK: {"b": f"x{MASK}"}}
+    value = {"a": [SECRET, 1, None, True], SECRET: {"b": f"x{SECRET}"}}
+    assert redactor.clean(value) == {"a": [MASK, 1, None, True], MASK: {"b": f"x{MASK}"}}
+
+
+@pytest.mark.parametrize(
+    ("value", "cleaned"),
+    [
+        pytest.param(float("nan"), None, id="NaN is null"),
+        pytest.param(float("inf"), None, id="infinity is null"),
+        pytest.param(123456789012, MASK, id="a number that spells a secret is masked"),
+        pytest.param(1234567890123, MASK, id="a number holding a secret is masked"),
+        pytest.param(12345678, 12345678, id="another number passes"),
+        pytest.param("half an emoji \ud83d", "half an emoji \ufffd", id="a lone surrogate"),
+    ],
+)
+def test_clean_makes_any_value_valid_json(value: object, cleaned: object) -> None:
+    """What `clean` returns always encodes as strict JSON, and a numeric secret is text too."""
+    redactor = Redactor()
+    redactor.add(["123456789012"])
+    result = redactor.clean({"v": value})
+    assert result == {"v": cleaned}
+    json.dumps(result, allow_nan=False, ensure_ascii=False).encode("utf-8")
+
+
+def test_clean_bounds_the_depth() -> None:
+    """A value nested deeper than MAX_CLEAN_DEPTH is cut there, never a RecursionError."""
+    value: object = "leaf"
+    for _ in range(MAX_CLEAN_DEPTH + 10):
+        value = [value]
+    cleaned = Redactor().clean(value)
+    depth = 0
+    while isinstance(cleaned, list):
+        cleaned, depth = cleaned[0], depth + 1
+    assert (cleaned, depth) == (TOO_DEEP, MAX_CLEAN_DEPTH)
+
+
+@pytest.mark.parametrize(
+    "secret",
+    [
+        pytest.param('pass"word-with-quote', id="a quote"),
+        pytest.param("pässwörd-ümlaut", id="non-ASCII"),
+        pytest.param("back\\slash-secret", id="a backslash"),
+    ],
+)
+def test_a_secret_is_found_in_its_json_spelling(secret: str) -> None:
+    """Inside a raw stream-json line a secret is JSON-escaped: it is masked there too."""
+    redactor = Redactor()
+    redactor.add([secret])
+    for line in (json.dumps({"t": secret}), json.dumps({"t": secret}, ensure_ascii=False)):
+        masked = redactor.redact_bytes(line.encode())
+        assert json.loads(masked) == {"t": MASK}
+
+
+def test_values_that_left_dotenv_age_out_but_pinned_ones_stay() -> None:
+    """Departed .env values stay masked for DEPARTED_LIMIT departures, pinned ones forever."""
+    redactor = Redactor(departed_limit=2)
+    redactor.add(["pinned-controller-token"])
+    redactor.track_dotenv(["dotenv-value-one", "dotenv-value-two"])
+    assert redactor.size == 3
+    redactor.track_dotenv(["dotenv-value-two"])  # one departs
+    redactor.track_dotenv(["dotenv-value-three"])  # two departs
+    assert redactor.redact("dotenv-value-one") == MASK
+    redactor.track_dotenv(["dotenv-value-four"])  # three departs: one is forgotten
+    assert redactor.redact("dotenv-value-one") == "dotenv-value-one"
+    assert redactor.redact("dotenv-value-two dotenv-value-three") == f"{MASK} {MASK}"
+    assert redactor.redact("pinned-controller-token") == MASK
+    assert redactor.size == 4
+
+
+def test_a_value_back_in_dotenv_leaves_the_departed() -> None:
+    """A value that returns is current again, not aged out behind newer departures."""
+    redactor = Redactor(departed_limit=1)
+    redactor.track_dotenv(["dotenv-value-one"])
+    redactor.track_dotenv([])
+    redactor.track_dotenv(["dotenv-value-one"])
+    redactor.track_dotenv(["dotenv-value-two"])
+    redactor.track_dotenv(["dotenv-value-three"])  # two departs, pushing one out
+    assert redactor.redact("dotenv-value-one") == "dotenv-value-one"
+
+
+def test_redact_returns_the_same_text_when_nothing_matched() -> None:
+    """Callers rely on identity to skip a copy: an untouched text is the same object."""
+    redactor = Redactor()
+    redactor.add([SECRET])
+    text = "nothing secret here at all"
+    assert redactor.redact(text) is text
+    line = b'{"type": "system"}'
+    assert redactor.redact_bytes(line) is line
 
 
 def test_logging_filter_masks_arguments_and_tracebacks() -> None:

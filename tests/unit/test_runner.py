@@ -328,14 +328,19 @@ async def test_a_huge_line_is_dropped_without_being_held() -> None:
     assert peak < 8 << 20
 
 
-async def test_stderr_keeps_a_bounded_tail() -> None:
-    """Only the last stderr_tail_bytes of stderr are kept, decoded leniently."""
-    result, _ = await run(
-        python(r"import sys; sys.stderr.buffer.write(b'e' * 1_000_000 + b'\xff' + b'END')"),
-        stderr_tail_bytes=1000,
-    )
-    assert result.facts.stderr.endswith("\ufffdEND")
-    assert result.facts.stderr == "e" * 996 + "\ufffdEND"
+async def test_stderr_keeps_a_bounded_tail_of_whole_lines() -> None:
+    """Only the end of stderr is kept, decoded leniently, from its first whole line on."""
+    code = r"import sys; sys.stderr.buffer.write(b'e' * 1_000_000 + b'\nx' * 200 + b'\xffEND')"
+    result, _ = await run(python(code), stderr_tail_bytes=1000)
+    assert result.facts.stderr == "x\n" * 199 + "x\ufffdEND"
+
+
+async def test_a_cut_stderr_line_is_dropped_whole() -> None:
+    """Where the tail starts mid-line (maybe mid-secret), that partial line never shows."""
+    secret_end = "SECRETSUFFIX0123456789"
+    code = f"import sys; sys.stderr.write('A' * 5000 + {secret_end!r} + '\\nnext line')"
+    result, _ = await run(python(code), stderr_tail_bytes=100)
+    assert result.facts.stderr == "next line"
 
 
 def _waitpid_threads_while_a_child_runs(*, pidfd: bool) -> tuple[set[str], ProcessResult]:

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
+import time
 from pathlib import Path
 
 import pytest
 
 from agent_server.config import Settings
+from agent_server.execution.turn import TurnAsk
+from agent_server.redaction import DEPARTED_LIMIT, MASK
 from agent_server.services import Services
 from agent_server.spawn_env.builder import OnceWarner
 from agent_server.spawn_env.layers import SpawnEnv
@@ -88,3 +93,35 @@ def test_spawn_env_never_carries_the_controller_token(environ: dict[str, str]) -
     env = _spawn(services).env
     assert "TRINITY_AGENT_AUTH_TOKEN" not in env
     assert not [name for name in env if name.startswith("AGENT_SERVER_")]
+
+
+def test_a_churning_dotenv_cannot_grow_the_redactor_without_bound(
+    environ: dict[str, str],
+) -> None:
+    """5,000 token lines rewritten four times: the redactor holds the current ones plus
+    at most DEPARTED_LIMIT departed values, and a departed value is still masked."""
+    env_file = Path(environ["AGENT_SERVER_ENV_FILE"])
+    services = _services(environ)
+    baseline = services.redactor.size
+    first_value = ""
+    for round_ in range(4):
+        lines = [f"SVC_{i}_TOKEN=round{round_}-value-{i:05d}-abcdefgh" for i in range(5000)]
+        env_file.write_text("\n".join(lines) + "\n")
+        os.utime(env_file, (time.time() - 60 * (4 - round_),) * 2)  # a new identity each round
+        _spawn(services)
+        first_value = first_value or lines[-1].partition("=")[2]
+        assert services.redactor.size <= baseline + 5000 + DEPARTED_LIMIT
+    assert services.redactor.redact(f"x {lines[0].partition('=')[2]} y") == f"x {MASK} y"
+    # The first round's values left .env three rounds ago: 15,000 departures later they
+    # have aged out.
+    assert services.redactor.redact(first_value) == first_value
+
+
+def test_a_suppressed_key_counts_under_its_name_or_other(environ: dict[str, str]) -> None:
+    """The suppressed-keys metric takes its label from a fixed set of names only."""
+    environ["CLAUDE_CODE_OAUTH_TOKEN"] = "baseline-oauth-token-1"
+    Path(environ["AGENT_SERVER_ENV_FILE"]).write_text("ANTHROPIC_API_KEY=stale-key-0123456789\n")
+    services = _services(environ)
+    asyncio.run(services.turns.run(TurnAsk(message="x", execution_id="m1")))
+    text = services.metrics.render().decode()
+    assert 'agent_server_spawn_suppressed_keys_total{key="ANTHROPIC_API_KEY"} 1.0' in text

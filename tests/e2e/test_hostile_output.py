@@ -1,0 +1,175 @@
+"""A hostile CLI's output never leaks a secret (or a fragment of one) and never loses a turn.
+
+The stand-in (tests/support/hostile-cli) prints what an attacker would: the secret in
+identifiers the server reports, in an error text that contains `401`, at a clip
+boundary, at the start of the kept stderr tail, as a bare JSON number; and lines no
+JSON encoder takes (lone surrogates, NaN, 1e999, nesting hundreds deep). For each
+case: the outcome the table gives, and no secret nor any 8-character piece of it in
+the body, the headers, the server's log or /metrics.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import SecretRegistry
+from tests.e2e.conftest import TurnServers
+from tests.support.server import ServerProcess
+
+HOSTILE_CLI = Path(__file__).resolve().parents[1] / "support" / "hostile-cli"
+MASK = "[REDACTED]"
+FRAGMENT = 8
+
+
+@dataclass(frozen=True)
+class Hostile:
+    """A server whose spawns carry `secret` in `variable`, and the hostile CLI as runtime."""
+
+    server: ServerProcess
+    secret: str
+
+
+@pytest.fixture(scope="module")
+def oauth(module_turn_servers: TurnServers, secret_registry: SecretRegistry) -> Hostile:
+    """The subscription token is the secret; it holds `401`, which the auth scrub rewrites."""
+    secret = secret_registry.add(
+        "hostile oauth", f"{secrets.token_hex(6)}401{secrets.token_hex(10)}"
+    )
+    server = module_turn_servers.start(
+        AGENT_SERVER_RUNTIME_COMMAND=str(HOSTILE_CLI),
+        CLAUDE_CODE_OAUTH_TOKEN=secret,
+        HOSTILE_SECRET_VAR="CLAUDE_CODE_OAUTH_TOKEN",
+    )
+    return Hostile(server, secret)
+
+
+@pytest.fixture(scope="module")
+def pin(module_turn_servers: TurnServers, secret_registry: SecretRegistry) -> Hostile:
+    """A numeric `.env` secret, which the CLI prints as a JSON number."""
+    secret = secret_registry.add("hostile pin", str(secrets.randbelow(9 * 10**11) + 10**11))
+    home = module_turn_servers.home("hostile-pin")
+    (home / ".env").write_text(f"PIN_PASSWORD={secret}\n")
+    server = module_turn_servers.start(
+        home, AGENT_SERVER_RUNTIME_COMMAND=str(HOSTILE_CLI), HOSTILE_SECRET_VAR="PIN_PASSWORD"
+    )
+    return Hostile(server, secret)
+
+
+def play(hostile: Hostile, case: str) -> httpx.Response:
+    """One turn of `case`; then prove nothing of the secret left by any path."""
+    with hostile.server.client() as client:
+        response = client.post("/api/task", json={"message": f"case {case}"})
+        metrics = client.get("/metrics").text
+    json.loads(response.content)  # always valid JSON, whatever the CLI printed
+    exposed = "\n".join(
+        [
+            response.text,
+            "\n".join(f"{k}: {v}" for k, v in response.headers.items()),
+            hostile.server.log_text(),
+            metrics,
+        ]
+    )
+    pieces = {hostile.secret[i : i + FRAGMENT] for i in range(len(hostile.secret) - FRAGMENT + 1)}
+    leaked = sorted(piece for piece in pieces if piece in exposed)
+    assert not leaked, f"{case}: pieces of the secret left the server: {leaked}"
+    return response
+
+
+def detail(response: httpx.Response) -> dict[str, Any]:
+    body: dict[str, Any] = response.json()["detail"]
+    return body
+
+
+def test_identifiers_from_init_are_validated_and_redacted(oauth: Hostile) -> None:
+    """A secret as session_id, model and apiKeySource: null, null, `other`; still a success."""
+    response = play(oauth, "init-fields")
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["session_id"] is None
+    metadata = body["metadata"]
+    assert (metadata["session_id"], metadata["model"]) == (None, None)
+    assert metadata["api_key_source"] == "other"
+
+
+def test_a_rate_limit_window_that_is_a_secret_reads_other(oauth: Hostile) -> None:
+    """rateLimitType = the secret: still 429 rate_limit, the window is `other`."""
+    response = play(oauth, "rate-limit-type")
+    assert response.status_code == 429, response.text
+    assert (detail(response)["error_code"], detail(response)["rate_limit_type"]) == (
+        "rate_limit",
+        "other",
+    )
+
+
+def test_a_secret_holding_401_is_masked_before_the_auth_scrub(oauth: Hostile) -> None:
+    """Redact first, then scrub: the mask stands where the secret was, nothing altered."""
+    response = play(oauth, "secret-in-error")
+    assert response.status_code == 502, response.text
+    assert detail(response)["message"] == f"upstream refused {MASK} with 500"
+
+
+def test_a_secret_at_the_clip_boundary_leaves_no_prefix(oauth: Hostile) -> None:
+    """The message is clipped at 500 characters after redaction, never through a secret."""
+    response = play(oauth, "clip-boundary")
+    assert response.status_code == 502, response.text
+    assert len(detail(response)["message"]) <= 500
+
+
+def test_a_stderr_tail_starting_mid_secret_shows_no_end_of_it(oauth: Hostile) -> None:
+    """Only whole lines of the kept stderr tail are used: the cut secret's end never shows."""
+    response = play(oauth, "stderr-tail")
+    assert response.status_code == 500, response.text
+    assert detail(response)["error_code"] == "execution_error"
+    assert detail(response)["message"].startswith("CCCC")
+
+
+def test_a_lone_surrogate_line_is_kept_as_text_and_the_turn_served(oauth: Hostile) -> None:
+    """Half an emoji: the lines stay in the log as text, the answer is the prose before."""
+    response = play(oauth, "lone-surrogate")
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["response"] == "hello"
+    assert sum(isinstance(event, str) for event in body["execution_log"]) == 2
+
+
+def test_non_finite_numbers_never_reach_the_answer(oauth: Hostile) -> None:
+    """NaN and 1e999 in total_cost_usd: those lines are text, the turn a success."""
+    response = play(oauth, "non-finite")
+    assert response.status_code == 200, response.text
+    assert response.json()["metadata"]["cost_usd"] is None
+
+
+def test_a_non_finite_reset_is_no_reset_and_the_limit_stays(oauth: Hostile) -> None:
+    """resetsAt 1e999: that event is ignored; the API error still says rate limit, no reset."""
+    response = play(oauth, "non-finite-reset")
+    assert response.status_code == 429, response.text
+    assert detail(response)["resets_at"] is None
+    assert "Retry-After" not in response.headers
+
+
+@pytest.mark.parametrize("case", ["deep-tool-input", "deep-array"])
+def test_nesting_hundreds_deep_does_not_lose_the_turn(oauth: Hostile, case: str) -> None:
+    """A tool input 500 deep, an array 100,000 deep: kept as text, the turn answered 200."""
+    response = play(oauth, case)
+    assert response.status_code == 200, response.text
+
+
+def test_a_numeric_secret_is_masked_as_a_json_number(pin: Hostile) -> None:
+    """`PIN_PASSWORD=123…` printed as a bare number is masked in the execution_log.
+
+    The line is masked as it arrives, which leaves `"pin":[REDACTED]`, no JSON any
+    more: the log keeps it as text.
+    """
+    response = play(pin, "numeric-secret")
+    assert response.status_code == 200, response.text
+    log = [json.dumps(e) for e in response.json()["execution_log"]]
+    notes = [e for e in log if "note" in e]
+    assert len(notes) == 1
+    assert MASK in notes[0]

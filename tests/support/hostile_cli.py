@@ -1,0 +1,155 @@
+"""A hostile stand-in for Claude Code (stdlib only), run through ``hostile-cli``.
+
+It ignores its argv, reads the prompt on stdin, and plays the one case the prompt
+names (``case NAME``): output an attacker would print to make the server leak a
+secret or lose a turn's answer. The secret it leaks is the value of the variable
+named by ``HOSTILE_SECRET_VAR`` in its environment (the server put it there: a
+baseline credential or a `.env` value), so the test never sends it itself.
+
+Each case prints stream-json shaped like Claude Code's and exits; what the server
+must answer is in tests/e2e/test_hostile_output.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import uuid
+
+SESSION = str(uuid.uuid4())
+MODEL = "claude-sonnet-5-5"
+
+
+def line(text: str) -> None:
+    """Print one raw stdout line (it may be no valid JSON at all)."""
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+def event(value: dict[str, object]) -> None:
+    """Print one JSON event on one line."""
+    line(json.dumps(value, separators=(",", ":")))
+
+
+def init(**fields: object) -> None:
+    """The init event, with any field replaced."""
+    event(
+        {
+            "type": "system",
+            "subtype": "init",
+            "session_id": SESSION,
+            "model": MODEL,
+            "permissionMode": "bypassPermissions",
+            "apiKeySource": "none",
+            **fields,
+        }
+    )
+
+
+def assistant(text: str, **fields: object) -> None:
+    """One assistant event with one text block."""
+    content = [{"type": "text", "text": text}]
+    event({"type": "assistant", "message": {"role": "assistant", "content": content}, **fields})
+
+
+def result(text: str = "done", **fields: object) -> None:
+    """The final result event."""
+    base: dict[str, object] = {
+        "type": "result",
+        "subtype": "success",
+        "is_error": False,
+        "result": text,
+        "session_id": SESSION,
+        "num_turns": 1,
+        "total_cost_usd": 0.001,
+        "usage": {"input_tokens": 3, "output_tokens": 2},
+    }
+    event(base | fields)
+
+
+def error_result(text: str, status: int) -> None:
+    """A failed result whose text is on the error channel."""
+    result(text, is_error=True, api_error_status=status)
+
+
+def play(case: str, secret: str) -> int:
+    """Print the case's output; return the exit code."""
+    if case == "init-fields":
+        init(session_id=secret, model=secret, apiKeySource=secret)
+        assistant("ok")
+        result("ok", session_id=secret)
+        return 0
+    if case == "rate-limit-type":
+        init()
+        info = {"status": "rejected", "rateLimitType": secret, "resetsAt": 4102444800}
+        event({"type": "rate_limit_event", "rate_limit_info": info})
+        assistant("limit", error="rate_limit", is_api_error_message=True)
+        error_result("You've hit your limit", 429)
+        return 1
+    if case == "secret-in-error":
+        init()
+        error_result(f"upstream refused {secret} with 500", 500)
+        return 1
+    if case == "clip-boundary":
+        init()
+        error_result("x" * 480 + secret + "y" * 200, 500)
+        return 1
+    if case == "stderr-tail":
+        # The server keeps the last 64 KiB of stderr: make that tail start mid-secret.
+        tail = 64 * 1024
+        suffix = "B" * 100 + "\n" + "C" * (tail - len(secret) // 2 - 101)
+        sys.stderr.write("A" * 1000 + secret + suffix)
+        sys.stderr.flush()
+        return 1
+    if case == "lone-surrogate":
+        init()
+        assistant("hello")
+        line('{"type":"assistant","message":{"content":[{"type":"text","text":"cut \\ud83d"}]}}')
+        line('{"type":"result","subtype":"success","is_error":false,"result":"half \\ud83d"}')
+        return 0
+    if case == "non-finite":
+        init()
+        assistant("counted")
+        line('{"type":"result","subtype":"success","is_error":false,"total_cost_usd":NaN}')
+        line('{"type":"result","subtype":"success","is_error":false,"total_cost_usd":1e999}')
+        return 0
+    if case == "non-finite-reset":
+        init()
+        line(
+            '{"type":"rate_limit_event","rate_limit_info":'
+            '{"status":"rejected","rateLimitType":"five_hour","resetsAt":1e999}}'
+        )
+        assistant("limit", error="rate_limit", is_api_error_message=True)
+        error_result("You've hit your limit", 429)
+        return 1
+    if case == "deep-tool-input":
+        init()
+        nested: object = {"leaf": secret}
+        for _ in range(500):
+            nested = {"x": nested}
+        tool = {"type": "tool_use", "id": "t1", "name": "Bash", "input": nested}
+        event({"type": "assistant", "message": {"role": "assistant", "content": [tool]}})
+        assistant("after the tool")
+        result("after the tool")
+        return 0
+    if case == "deep-array":
+        init()
+        line("[" * 100_000 + "]" * 100_000)
+        result("survived")
+        return 0
+    if case == "numeric-secret":
+        init()
+        line('{"type":"system","subtype":"note","pin":' + secret + "}")
+        result("pinned")
+        return 0
+    sys.stderr.write(f"hostile-cli: no case {case!r}\n")
+    return 2
+
+
+def main() -> int:
+    """Read the prompt, find `case NAME`, play it."""
+    prompt = sys.stdin.read()
+    case = prompt.strip().removeprefix("case ").strip()
+    secret = os.environ.get(os.environ.get("HOSTILE_SECRET_VAR", ""), "")
+    return play(case, secret)

@@ -1,0 +1,105 @@
+"""Properties of the redact-then-clip order, over random secrets and random cut points.
+
+Whatever the secret and wherever a clip or a tail cut falls, no 8-character piece of
+a known secret survives: the text is redacted whole before it is clipped, and a
+stderr tail that starts mid-line drops that line.
+"""
+
+from __future__ import annotations
+
+import json
+import string
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agent_server.execution.outcome import shape_message
+from agent_server.execution.runner import StderrTail
+from agent_server.redaction import Redactor
+
+PROPERTY = settings(
+    max_examples=300,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+FRAGMENT = 8
+
+secret_text = st.text(
+    alphabet=string.ascii_letters + string.digits + "-_.~+/=401", min_size=8, max_size=60
+)
+filler = st.text(alphabet=string.ascii_letters + " .,:;!?\t", max_size=700)
+
+
+def pieces(secret: str) -> set[str]:
+    return {secret[i : i + FRAGMENT] for i in range(len(secret) - FRAGMENT + 1)}
+
+
+def leaked(secret: str, text: str) -> list[str]:
+    return sorted(piece for piece in pieces(secret) if piece in text)
+
+
+def redactor_for(secret: str) -> Redactor:
+    redactor = Redactor()
+    redactor.add([secret])
+    return redactor
+
+
+@PROPERTY
+@given(secret=secret_text, before=filler, after=filler, auth=st.booleans())
+def test_a_shaped_message_holds_no_piece_of_the_secret(
+    secret: str, before: str, after: str, auth: bool
+) -> None:
+    """Redact, then collapse, clip to 500 and scrub auth words: nothing of the secret left."""
+    message = shape_message(redactor_for(secret).redact(before + secret + after), auth=auth)
+    assert not leaked(secret, message)
+
+
+@PROPERTY
+@given(
+    secret=secret_text,
+    before=st.integers(min_value=0, max_value=300),
+    after=st.integers(min_value=0, max_value=300),
+    tail=st.integers(min_value=16, max_value=400),
+    chunk=st.integers(min_value=1, max_value=97),
+)
+def test_a_stderr_tail_cut_anywhere_holds_no_piece_of_the_secret(
+    secret: str, before: int, after: int, tail: int, chunk: int
+) -> None:
+    """However stderr arrives and wherever the tail starts, its redaction leaves no piece."""
+    kept = StderrTail(tail)
+    data = ("A" * before + secret + "\n" + "B" * after).encode()
+    for start in range(0, len(data), chunk):
+        kept.feed(data[start : start + chunk])
+    assert not leaked(secret, redactor_for(secret).redact(kept.text()))
+
+
+json_leaf = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), filler)
+
+
+@PROPERTY
+@given(
+    secret=secret_text,
+    value=st.recursive(
+        json_leaf,
+        lambda inner: st.lists(inner, max_size=4) | st.dictionaries(filler, inner, max_size=4),
+        max_leaves=20,
+    ),
+    where=st.sampled_from(["key", "value", "inside"]),
+)
+def test_clean_leaves_no_secret_and_always_valid_json(
+    secret: str, value: object, where: str
+) -> None:
+    """The secret as a key, a value or inside a string: gone; NaN and surrogates too."""
+    planted: object
+    if where == "key":
+        planted = {secret: value}
+    elif where == "value":
+        planted = {"v": value, "s": secret}
+    else:
+        planted = [value, f"<<{secret}>>", float("nan"), "\ud800"]
+    cleaned = redactor_for(secret).clean(planted)
+    text = json.dumps(cleaned, ensure_ascii=False, allow_nan=False)
+    text.encode("utf-8")
+    assert secret not in text
