@@ -15,10 +15,12 @@ import uvicorn
 
 from agent_server.config import Settings
 from agent_server.errors import ConfigError
+from agent_server.execution.process_group import forbid_dumps
 from agent_server.execution.registry import Registry
 from agent_server.execution.timings import server_shutdown_timeout
 from agent_server.logs import choose_log_format
 from agent_server.models import CredentialStatus, DriftRow
+from agent_server.names import CONTROLLER_TOKEN
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,6 +47,9 @@ def _serve() -> int:
     from agent_server.redaction import Redactor
     from agent_server.services import Services
 
+    # Before anything: the agent runs as this user and must not read our memory or
+    # environment, which hold the controller token (contract §10).
+    forbid_dumps()
     # Logging first: even a refused setting or a boot crash is one log line (contract §8),
     # in the format asked for when that setting is the one that is wrong.
     redactor = Redactor()
@@ -56,6 +61,8 @@ def _serve() -> int:
         logger.error("agent-server: %s", exc)
         return 2
     configure_logging(redactor, log_format=settings.log_format)
+    # Settings hold it now: no later reader of os.environ (nor a child) gets it.
+    os.environ.pop(CONTROLLER_TOKEN, None)
     try:
         services = Services.build(settings, redactor)
     except Exception:
@@ -120,10 +127,11 @@ def _status(settings: Settings, *, as_json: bool) -> int:
     services = Services.build(settings, redactor, serving=False)
     status = credential_status(
         services.store,
-        services.spawn_envs.read_dotenv(),
+        asyncio.run(services.spawn_envs.read_dotenv()),
         agent_name=settings.agent_name,
         runtime=settings.runtime,
         env_file=settings.env_file,
+        env_file_problem=services.spawn_envs.dotenv.problem,
     )
     if as_json:
         print(json.dumps(status.model_dump(), indent=2))
@@ -159,10 +167,12 @@ def format_status(status: CredentialStatus) -> str:
     override = status.files.override_file
     lines.append(
         f"override file: {override.mode} {override.size} bytes"
+        + (f" (not used: {override.problem})" if override.problem else "")
         if override.exists
         else "override file: none"
     )
-    lines.append(f".env: {status.files.env_file}")
+    problem = status.files.env_file_problem
+    lines.append(f".env: {status.files.env_file}" + (f" ({problem})" if problem else ""))
     # A name that is nowhere but in the unset list above says nothing more in the table.
     present = [r for r in status.env_drift if r.in_file or r.in_process_env or r.spawn_source]
     if present:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -145,11 +146,13 @@ def create_app(settings: Settings, services: Services | None = None) -> Starlett
         # when PID 1 of the container does not (no tini, server not exec'd).
         enable_child_subreaper()
         use_pidfd_child_watcher()
+        services.reaper.install(asyncio.get_running_loop())
         logger.info(
             "agent-server serving runtime %s for agent %s", settings.runtime, settings.agent_name
         )
         yield
         await services.registry.drain(settings.shutdown_grace_s)
+        services.reaper.uninstall(asyncio.get_running_loop())
 
     routes = [Route(e.path, e.handler, methods=[e.method]) for e in ENDPOINTS]
     app = Starlette(

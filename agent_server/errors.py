@@ -9,7 +9,8 @@
         ├── ExecutionInProgress    409 execution_in_progress
         ├── Busy                   409 busy (+ Retry-After; never 429)
         ├── NotFound               404 not_found
-        └── PayloadTooLarge        413 payload_too_large (refused while reading)
+        ├── PayloadTooLarge        413 payload_too_large (refused while reading)
+        └── SpawnTooLarge          422 spawn_too_large (argv + env over the kernel's limit)
     RequestInvalid             422 {"detail": [pydantic's errors, inputs removed]}
 
 `app.py` maps `ApiError` to a response in one place, and an HTTP-level refusal
@@ -92,6 +93,13 @@ class PayloadTooLarge(ApiError):
 
     status = 413
     error_code = "payload_too_large"
+
+
+class SpawnTooLarge(ApiError):
+    """The spawn's argv and environment would not fit the kernel's exec limits."""
+
+    status = 422
+    error_code = "spawn_too_large"
 
 
 class RequestInvalid(AgentServerError):

@@ -128,12 +128,16 @@ class OverrideFileStatus(BaseModel):
     mode: str | None = None
     size: int | None = None
     mtime: float | None = None
+    problem: str | None = None
+    """Why the file is not used (e.g. a FIFO, a symlink), or null."""
 
 
 class CredentialFiles(BaseModel):
     """Where the credential inputs live."""
 
     env_file: str
+    env_file_problem: str | None = None
+    """Why `.env` counts as empty or lost lines (a FIFO, over 1 MiB, NUL bytes), or null."""
     override_file: OverrideFileStatus
 
 
@@ -156,6 +160,8 @@ class DriftRow(BaseModel):
     overridden_for_spawn: bool
     suppressed_for_spawn: bool
     spawn_source: Layer | None
+    note: str | None = None
+    """Why the spawn does not take the name from `.env`, when it does not (in words)."""
 
 
 class CredentialStatus(BaseModel):

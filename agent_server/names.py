@@ -22,6 +22,24 @@ SUBSCRIPTION_SHADOW_KEYS = (API_KEY, AUTH_TOKEN, *PROVIDER_SWITCHES)
 CLAUDE_CREDENTIALS = (API_KEY, AUTH_TOKEN, CLAUDE_OAUTH)
 """In the order the CLI prefers them (`apiKeySource` reports the first)."""
 
+ROUTING_VARS = frozenset(
+    {
+        BASE_URL,
+        "ANTHROPIC_BEDROCK_BASE_URL",
+        "ANTHROPIC_VERTEX_BASE_URL",
+        "ANTHROPIC_FOUNDRY_BASE_URL",
+        "ANTHROPIC_FOUNDRY_RESOURCE",
+        *PROVIDER_SWITCHES,
+        *(f"{name}_PROXY" for name in ("HTTPS", "HTTP", "ALL", "NO")),
+        *(f"{name}_proxy" for name in ("https", "http", "all", "no")),
+        "NODE_EXTRA_CA_CERTS",
+        "NODE_TLS_REJECT_UNAUTHORIZED",
+        "SSL_CERT_FILE",
+        "SSL_CERT_DIR",
+    }
+)
+"""Where a spawn's requests go and whom its TLS trusts: a credential's route (contract §4.6)."""
+
 CONTROLLER_TOKEN = "TRINITY_AGENT_AUTH_TOKEN"  # noqa: S105 - a variable name
 EXECUTION_ID = "TRINITY_EXECUTION_ID"
 

@@ -17,6 +17,7 @@ from agent_server.credentials.override_file import OverrideFile
 from agent_server.credentials.state import CredentialState
 from agent_server.credentials.store import CredentialStore, overrides_secrets
 from agent_server.execution.chat_session import ChatSession
+from agent_server.execution.process_group import Reaper
 from agent_server.execution.registry import Registry
 from agent_server.execution.turn import TurnRunner
 from agent_server.metrics import Metrics
@@ -40,6 +41,7 @@ class Services:
     adapter: RuntimeAdapter
     registry: Registry
     chat: ChatSession
+    reaper: Reaper
     turns: TurnRunner
     controller_token: SecretStr | None
 
@@ -80,6 +82,7 @@ class Services:
         redactor.add([controller_token])
         spawn_envs = SpawnEnvBuilder(DotenvFile(settings.env_file), redactor)
         registry = Registry(settings.max_parallel)
+        reaper = Reaper()
         turns = TurnRunner(
             adapter=adapter,
             store=store,
@@ -91,6 +94,7 @@ class Services:
             workdir=settings.workdir,
             permission_mode=settings.permission_mode,
             max_log_bytes=settings.max_log_bytes,
+            reaper=reaper,
         )
         return cls(
             settings=settings,
@@ -101,6 +105,7 @@ class Services:
             adapter=adapter,
             registry=registry,
             chat=ChatSession(settings.state_dir / "chat-session-id"),
+            reaper=reaper,
             turns=turns,
             controller_token=controller_token,
         )

@@ -12,6 +12,7 @@ window (`RACY_WINDOW_NS`) is re-parsed on purpose, and a benchmark must not hit 
 
 from __future__ import annotations
 
+import asyncio
 import os
 import tempfile
 import time
@@ -104,7 +105,7 @@ def measure(plan: Plan) -> list[Figure]:
             plan.env_budget_s,
         )
         full_us, full_n = per_call_us(
-            lambda: services.spawn_envs.build(state.baseline, state.overrides, layer),
+            lambda: asyncio.run(services.spawn_envs.build(state.baseline, state.overrides, layer)),
             plan.env_budget_s,
         )
         full_uncached_us = uncached_us + build_us

@@ -1,7 +1,10 @@
 """The token override file `$AGENT_SERVER_STATE_DIR/oauth-token` (contract §3).
 
 It is written by `secret_file.write_secret_file` (0600, crash-safe, never through a
-symlink) and read back at boot, refusing what reload-token would refuse.
+symlink) and read back at boot, refusing what reload-token would refuse. The agent
+runs as the same user and may plant anything at the path: the read opens with
+`O_NOFOLLOW|O_NONBLOCK` (a symlink is refused, a FIFO cannot block) and `fstat` must
+say a regular file of at most a token's size (contract §10).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from agent_server.secret_file import UnsafeLocation, check_dir, write_secret_fil
 
 logger = logging.getLogger("agent_server.override_file")
 
-_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _READ_LIMIT = MAX_TOKEN_BYTES + 64  # room for hand-added blanks around the token
 
 
@@ -33,6 +36,8 @@ class FileInfo:
     mode: str | None = None
     size: int | None = None
     mtime: float | None = None
+    problem: str | None = None
+    """Why the file is not used (a FIFO, a symlink, too large, not one token), or None."""
 
 
 class OverrideFile:
@@ -69,6 +74,9 @@ class OverrideFile:
                 raise UnsafeLocation(msg) from exc
             raise
         with os.fdopen(fd, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                msg = f"{self.path} is not a regular file"
+                raise OSError(errno.EINVAL, msg)
             raw = handle.read(_READ_LIMIT + 1)
         token = raw.decode("utf-8", errors="strict").strip()
         # Never hand a spawn a truncated or mangled token: refuse what reload-token would.
@@ -90,9 +98,15 @@ class OverrideFile:
         return current is not None and current.get_secret_value() == token.get_secret_value()
 
     def info(self) -> FileInfo:
-        """Existence, mode, size and mtime of the file (never its content)."""
+        """Existence, mode, size, mtime and any problem of the file (never its content)."""
         try:
             st = os.lstat(self.path)
         except OSError:
             return FileInfo(exists=False)
-        return FileInfo(True, f"{stat.S_IMODE(st.st_mode):04o}", st.st_size, st.st_mtime)
+        problem = None
+        try:
+            self.read()
+        except (OSError, UnicodeDecodeError) as exc:
+            problem = (exc.strerror if isinstance(exc, OSError) else None) or str(exc)
+        mode = f"{stat.S_IMODE(st.st_mode):04o}"
+        return FileInfo(True, mode, st.st_size, st.st_mtime, problem)

@@ -40,6 +40,7 @@ def credential_status(
     agent_name: str,
     runtime: str,
     env_file: Path,
+    env_file_problem: str | None = None,
 ) -> CredentialStatus:
     """The whole status report for the store's current state and this `.env` parse."""
     state = store.current
@@ -55,8 +56,13 @@ def credential_status(
         guard_armed=state.guard_armed,
         files=CredentialFiles(
             env_file=str(env_file),
+            env_file_problem=env_file_problem,
             override_file=OverrideFileStatus(
-                exists=info.exists, mode=info.mode, size=info.size, mtime=info.mtime
+                exists=info.exists,
+                mode=info.mode,
+                size=info.size,
+                mtime=info.mtime,
+                problem=info.problem,
             ),
         ),
         effective_auth=auth,
@@ -102,6 +108,7 @@ def env_drift(state: CredentialState, dotenv: Mapping[str, str], spawn: SpawnEnv
     baseline = state.baseline
     names = set(dotenv) | set(state.overrides)
     names |= {n for n in baseline if is_credential_name(n) or n in (*PROVIDER_SWITCHES, BASE_URL)}
+    names |= spawn.rerouted
     rows = []
     for name in sorted(names):
         in_file, in_env = name in dotenv, name in baseline
@@ -114,11 +121,32 @@ def env_drift(state: CredentialState, dotenv: Mapping[str, str], spawn: SpawnEnv
                 in_process_env=in_env,
                 equal=(dotenv[name] == baseline[name]) if in_file and in_env else None,
                 overridden_for_spawn=overridden and not unset,
-                suppressed_for_spawn=unset,
+                suppressed_for_spawn=unset or (name in spawn.rerouted and name not in spawn.env),
                 spawn_source=spawn.sources.get(name),
+                note=_note(name, spawn) if in_file else None,
             )
         )
     return rows
+
+
+def _note(name: str, spawn: SpawnEnv) -> str | None:
+    """Why the next spawn does not take `name` from `.env`, or None when it does."""
+    if name in spawn.suppressed:
+        return "force-unset: the credential guard removes it"
+    if name in spawn.replaced:
+        return "replaced by the server's credential"
+    if name in spawn.rerouted:
+        return "not used: .env may not route a credential it did not set"
+    if name in spawn.ignored:
+        return "protected: .env may not set it"
+    return None
+
+
+def env_shadow(state: CredentialState, dotenv: Mapping[str, str]) -> list[str]:
+    """The `.env` names the next spawn does not take: force-unset or not allowed to route."""
+    spawn = spawn_preview(state, dotenv)
+    force_unset = {name for name, value in state.overrides.items() if value is None}
+    return sorted((force_unset & dotenv.keys()) | spawn.rerouted)
 
 
 def spawn_preview(state: CredentialState, dotenv: Mapping[str, str]) -> SpawnEnv:

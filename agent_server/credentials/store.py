@@ -71,8 +71,12 @@ class CredentialStore:
         except (OSError, UnicodeDecodeError) as exc:
             logger.error("ignoring the token override file %s: %s", override_file.path, exc)
         overrides: dict[str, SecretStr | None] = {}
-        overrides.update(arm_subscription_auth_guard(claude_credentials, baseline, token))
+        armed = arm_subscription_auth_guard(claude_credentials, baseline, token)
+        overrides.update(armed)
         overrides.update(pin_provider(claude_credentials, baseline))
+        if token is None and armed:
+            # The baseline token is pinned too: a stale one in .env never beats it.
+            token = SecretStr(baseline[CLAUDE_OAUTH])
         if token is not None:
             overrides[CLAUDE_OAUTH] = token
         state = CredentialState.create(baseline, overrides, next_generation())

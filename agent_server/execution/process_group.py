@@ -15,13 +15,36 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from agent_server.execution.timings import REAP_POLL_S, REAP_TIMEOUT_S
 
 logger = logging.getLogger("agent_server.process_group")
 
+_PR_SET_DUMPABLE = 4
 _PR_SET_CHILD_SUBREAPER = 36
+
+
+def _prctl(option: int, value: int) -> bool:
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(option, value, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def forbid_dumps() -> bool:
+    """Make this process non-dumpable (Linux `prctl(PR_SET_DUMPABLE, 0)`).
+
+    A non-dumpable process's `/proc/<pid>/environ`, `mem` and `maps` are owned by
+    root, and ptrace by the same uid is refused: an agent running as the server's
+    user cannot read the controller token out of the server. Children are not
+    affected: exec makes a process dumpable again. Returns False where unsupported.
+    """
+    return _prctl(_PR_SET_DUMPABLE, 0)
 
 
 def enable_child_subreaper() -> bool:
@@ -32,14 +55,7 @@ def enable_child_subreaper() -> bool:
     grandchildren as zombies forever. Call once at boot; unnecessary when this
     process is PID 1. Returns False where unsupported.
     """
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        result = int(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0))
-    except (OSError, AttributeError):
-        return False
-    return result == 0
+    return _prctl(_PR_SET_CHILD_SUBREAPER, 1)
 
 
 def use_pidfd_child_watcher() -> bool:
@@ -72,10 +88,16 @@ class Member:
 
 
 class ProcessGroup:
-    """The process group `pgid`: signals to all of it, and reaping what is ours."""
+    """The process group `pgid`: signals to all of it, and reaping what is ours.
 
-    def __init__(self, pgid: int) -> None:
+    With a `reaper` and a `tag`, reaping also sweeps the processes that left the
+    group but carry the tag (`Reaper.sweep`).
+    """
+
+    def __init__(self, pgid: int, *, reaper: Reaper | None = None, tag: str | None = None) -> None:
         self.pgid = pgid
+        self._reaper = reaper
+        self._tag = tag
 
     def signal(self, signum: signal.Signals) -> None:
         """Signal the whole group; an already empty group is fine."""
@@ -83,13 +105,21 @@ class ProcessGroup:
             os.killpg(self.pgid, signum)
 
     async def reap(self) -> None:
-        """SIGKILL the group until it is empty, reaping the members that are our children.
+        """Empty the group and sweep its escapees, within REAP_TIMEOUT_S for both.
 
-        Bounded by `REAP_TIMEOUT_S`: a member that will not die (stuck in the kernel)
-        is logged and left, never waited on forever.
+        Call once the leader was reaped. A member that will not die (stuck in the
+        kernel) is logged and left, never waited on forever.
         """
+        deadline = asyncio.get_running_loop().time() + REAP_TIMEOUT_S
+        await self._reap_group(deadline)
+        if self._reaper is not None:
+            self._reaper.leaders.discard(self.pgid)
+            if self._tag is not None:
+                await self._reaper.sweep(self._tag, deadline)
+
+    async def _reap_group(self, deadline: float) -> None:
+        """SIGKILL the group until it is empty, reaping the members that are our children."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + REAP_TIMEOUT_S
         me = os.getpid()
         while True:
             try:
@@ -146,3 +176,132 @@ def _reap(pid: int) -> None:
     """Collect one zombie child of ours (someone else may have been faster)."""
     with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)
+
+
+class Reaper:
+    """Every process a turn started, found and collected when the turn ends (contract §10).
+
+    A CLI's children can leave its process group (`setsid`, a double fork). Being
+    the child subreaper, this server inherits each such process once its parent
+    dies, so the escapees of every turn end up among its own children. At the end
+    of a spawn, `sweep` kills the children that carry the spawn's tag (its
+    `TRINITY_EXECUTION_ID=…`, inherited through every fork), until none is left;
+    when no other turn's CLI is alive it kills untagged ones too (a process that
+    cleared its environment). `reap_orphans`, run on SIGCHLD, collects the zombies
+    of inherited processes, never a turn leader asyncio is still waiting for.
+    """
+
+    def __init__(self) -> None:
+        self.leaders: set[int] = set()
+        """The pids of running CLIs: asyncio's child watcher reaps those, never us."""
+        self._spawning = 0
+        self._pending: asyncio.Handle | None = None
+        self._owns_children = False
+
+    def install(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Make this the server's reaper: collect orphaned zombies on every SIGCHLD.
+
+        It also declares that every child of this process is a turn's: an idle sweep
+        then kills untagged children too (a process embedding agent-server for a
+        test, which has children of its own, never calls this).
+        """
+        self._owns_children = True
+        loop.add_signal_handler(signal.SIGCHLD, self._on_sigchld, loop)
+
+    def uninstall(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Stop listening for SIGCHLD (the server is done)."""
+        loop.remove_signal_handler(signal.SIGCHLD)
+
+    def _on_sigchld(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._pending is None:
+            self._pending = loop.call_soon(self._run_pending)
+
+    def _run_pending(self) -> None:
+        self._pending = None
+        self.reap_orphans()
+
+    @contextlib.contextmanager
+    def spawning(self) -> Iterator[None]:
+        """Between fork and `leaders.add`, asyncio already waits for the new pid: hold off."""
+        self._spawning += 1
+        try:
+            yield
+        finally:
+            self._spawning -= 1
+
+    def reap_orphans(self) -> int:
+        """Collect the zombies among our children that are not turn leaders; how many."""
+        if self._spawning:
+            return 0  # a pid asyncio is about to watch is not in `leaders` yet
+        reaped = 0
+        for pid in children_of_self() - self.leaders:
+            if _state(pid) == "Z":
+                _reap(pid)
+                reaped += 1
+        return reaped
+
+    async def sweep(self, tag: str, deadline: float) -> int:
+        """Kill our children carrying `tag` (all of ours when no CLI runs), reap them.
+
+        Repeats until none is left (a killed process's own children come to us next)
+        or the loop's clock passes `deadline`. Returns how many processes it killed.
+        """
+        needle = b"\0" + tag.encode() + b"\0"
+        loop = asyncio.get_running_loop()
+        killed: set[int] = set()
+        while True:
+            idle = self._owns_children and not self.leaders and not self._spawning
+            alive = []
+            for pid in children_of_self() - self.leaders:
+                state = _state(pid)
+                if state == "Z" or state is None:
+                    if state == "Z" and not self._spawning:
+                        _reap(pid)
+                    continue
+                if idle or _carries(pid, needle):
+                    alive.append(pid)
+            if not alive:
+                return len(killed)
+            for pid in alive:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
+            if loop.time() >= deadline:
+                logger.warning("processes of a finished turn survive SIGKILL: %s", sorted(alive))
+                return len(killed)
+            await asyncio.sleep(REAP_POLL_S)
+
+
+def children_of_self() -> set[int]:
+    """Our own child pids (every thread's, since an adopted orphan may land on any)."""
+    children: set[int] = set()
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return children
+    for task in tasks:
+        try:
+            with open(f"/proc/self/task/{task}/children", "rb") as listing:
+                children.update(int(pid) for pid in listing.read().split())
+        except OSError:
+            continue  # a thread that just ended
+    return children
+
+
+def _state(pid: int) -> str | None:
+    """The /proc state letter of `pid`, or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat_file:
+            fields = stat_file.read().rpartition(b")")[2].split()
+    except OSError:
+        return None
+    return fields[0].decode() if fields else None
+
+
+def _carries(pid: int, needle: bytes) -> bool:
+    """True when `pid`'s environment holds the tag (`\\0NAME=value\\0`)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as environ:
+            return needle in b"\0" + environ.read() + b"\0"
+    except OSError:
+        return False  # unreadable: gone, or not ours to read; only an idle sweep takes it

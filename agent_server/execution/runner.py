@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import subprocess
 from collections.abc import Callable, Coroutine, Mapping, Sequence
@@ -30,7 +31,9 @@ from typing import Any, cast
 
 import anyio
 
-from agent_server.execution.process_group import ProcessGroup
+from agent_server.errors import SpawnTooLarge
+from agent_server.execution.pipes import LineSplitter, StderrTail
+from agent_server.execution.process_group import ProcessGroup, Reaper
 from agent_server.execution.timings import KILL_GRACE_S, PIPE_CLOSE_S, PIPE_DRAIN_S
 
 logger = logging.getLogger(__name__)
@@ -74,6 +77,8 @@ async def run_process(
     max_line_bytes: int = 16 * 1024 * 1024,
     stderr_tail_bytes: int = 64 * 1024,
     on_spawn: Callable[[int], None] | None = None,
+    reaper: Reaper | None = None,
+    sweep_tag: str | None = None,
 ) -> ProcessResult:
     """Run argv to its end in its own process group and report how it ended.
 
@@ -90,31 +95,37 @@ async def run_process(
     - `facts.stderr` is the last `stderr_tail_bytes` of stderr from its first whole
       line on, not yet redacted.
     - `on_spawn` gets the leader's pid (= its process group id) once it runs.
+    - With a `reaper` and a `sweep_tag` (`NAME=value` in the child's environment),
+      every ending also kills and collects what left the group (`Reaper.sweep`).
     """
     if not argv:
         msg = "argv must name a command"
         raise ValueError(msg)
+    check_exec_size(argv, env)
     loop = asyncio.get_running_loop()
     protocol = _TurnProtocol(
         on_line=on_line, max_line_bytes=max_line_bytes, stderr_tail_bytes=stderr_tail_bytes
     )
-    try:
-        transport, _ = await loop.subprocess_exec(
-            lambda: protocol,
-            *argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=dict(env),
-            cwd=cwd,
-            start_new_session=True,
-        )
-    except _SPAWN_ERRORS:
-        return ProcessResult(ProcessFacts(exit_code=None, spawn_failed=True), pid=None)
-
-    pid = transport.get_pid()
+    with reaper.spawning() if reaper is not None else contextlib.nullcontext():
+        try:
+            transport, _ = await loop.subprocess_exec(
+                lambda: protocol,
+                *argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=dict(env),
+                cwd=cwd,
+                start_new_session=True,
+            )
+        except _SPAWN_ERRORS:
+            return ProcessResult(ProcessFacts(exit_code=None, spawn_failed=True), pid=None)
+        pid = transport.get_pid()
+        if reaper is not None:
+            reaper.leaders.add(pid)
     # start_new_session makes the leader the leader of a new group: pgid == pid.
-    turn = _Turn(transport, protocol, ProcessGroup(pid), kill_grace_s=kill_grace_s)
+    group = ProcessGroup(pid, reaper=reaper, tag=sweep_tag)
+    turn = _Turn(transport, protocol, group, kill_grace_s=kill_grace_s)
     deadline = loop.time() + timeout_s
     try:
         if on_spawn is not None:
@@ -138,6 +149,34 @@ async def run_process(
         terminated=ending == "cancelled",
     )
     return ProcessResult(facts=facts, pid=pid)
+
+
+# Linux: each argv or environment string is at most 32 pages, and all of them, with
+# their pointers, at most ARG_MAX (a quarter of the stack limit).
+_MAX_ARG_STRLEN = 32 * os.sysconf("SC_PAGE_SIZE")
+_ARG_MAX = os.sysconf("SC_ARG_MAX")
+_POINTER = 8
+
+
+def check_exec_size(argv: Sequence[str], env: Mapping[str, str]) -> None:
+    """Raise SpawnTooLarge, naming what is too large, before exec would fail with E2BIG."""
+    for name, value in env.items():
+        if len(name.encode()) + len(value.encode()) + 2 > _MAX_ARG_STRLEN:
+            msg = f"the spawn environment's {name} is over {_MAX_ARG_STRLEN} bytes"
+            raise SpawnTooLarge(msg)
+    for index, arg in enumerate(argv):
+        if len(arg.encode()) + 1 > _MAX_ARG_STRLEN:
+            what = arg.partition("=")[0] if arg.startswith("--") else f"argument {index}"
+            msg = f"the spawn's {what} is over {_MAX_ARG_STRLEN} bytes"
+            raise SpawnTooLarge(msg)
+    total = sum(len(a.encode()) + 1 + _POINTER for a in argv)
+    total += sum(len(k.encode()) + len(v.encode()) + 2 + _POINTER for k, v in env.items())
+    if total + 2 * _POINTER > _ARG_MAX:
+        msg = (
+            f"the spawn's arguments and environment take {total} bytes, over the kernel's "
+            f"{_ARG_MAX}: check the size of .env"
+        )
+        raise SpawnTooLarge(msg)
 
 
 def _write_stdin(transport: asyncio.SubprocessTransport, data: bytes) -> None:
@@ -174,83 +213,13 @@ async def _run_to_completion(cleanup: Coroutine[Any, Any, None]) -> None:
         raise asyncio.CancelledError
 
 
-class _LineSplitter:
-    """Splits stdout chunks into lines, dropping any line longer than the limit."""
-
-    def __init__(self, on_line: Callable[[bytes], None], max_line_bytes: int) -> None:
-        self._on_line = on_line
-        self._max = max_line_bytes
-        self._partial = bytearray()
-        # True while inside an over-long line: its bytes are skipped until its newline.
-        self._discarding = False
-
-    def feed(self, chunk: bytes) -> None:
-        view = memoryview(chunk)
-        start = 0
-        while True:
-            newline = chunk.find(b"\n", start)
-            end = len(chunk) if newline < 0 else newline
-            if not self._discarding:
-                if len(self._partial) + (end - start) > self._max:
-                    # Too long: forget what we held and skip the rest of it.
-                    self._partial = bytearray()
-                    self._discarding = True
-                else:
-                    self._partial += view[start:end]
-            if newline < 0:
-                return
-            if self._discarding:
-                self._discarding = False
-            else:
-                line = bytes(self._partial)
-                self._partial.clear()
-                self._on_line(line)
-            start = newline + 1
-
-    def close(self) -> None:
-        """At EOF: an unterminated last line is still a line (unless over-long)."""
-        if self._partial and not self._discarding:
-            line = bytes(self._partial)
-            self._partial.clear()
-            self._on_line(line)
-        self._discarding = False
-
-
-class StderrTail:
-    """The last `limit` bytes of stderr, read back from its first whole line.
-
-    A cut can fall inside a secret, whose remaining end no redactor can recognise:
-    once bytes were dropped, the partial first line goes too.
-    """
-
-    def __init__(self, limit: int) -> None:
-        self._kept = bytearray()
-        self._limit = limit
-        self._cut = False
-
-    def feed(self, data: bytes) -> None:
-        """Keep `data`, dropping the oldest bytes past the limit."""
-        self._kept += data
-        excess = len(self._kept) - self._limit
-        if excess > 0:
-            del self._kept[:excess]
-            self._cut = True
-
-    def text(self) -> str:
-        """The kept tail, decoded leniently (not yet redacted)."""
-        tail = bytes(self._kept)
-        if self._cut:
-            tail = tail.partition(b"\n")[2]
-        return tail.decode("utf-8", errors="replace")
-
-
 class _TurnProtocol(asyncio.SubprocessProtocol):
     """Receives the child's pipes and exit; all state of one run's I/O."""
 
     def __init__(
         self, *, on_line: Callable[[bytes], None], max_line_bytes: int, stderr_tail_bytes: int
     ) -> None:
-        self._lines = _LineSplitter(on_line, max_line_bytes)
+        self._lines = LineSplitter(on_line, max_line_bytes)
         self._stderr = StderrTail(stderr_tail_bytes)
         self.exited = asyncio.Event()
         self.stdout_closed = asyncio.Event()

@@ -13,7 +13,8 @@ from __future__ import annotations
 KILL_GRACE_S = 3.0
 """SIGTERM to SIGKILL: how long the CLI may take to exit on its own."""
 REAP_TIMEOUT_S = 2.0
-"""How long a killed group may take to disappear (its members reaped)."""
+"""How long a killed group may take to disappear (its members reaped), and what left
+it to be swept, both together."""
 REAP_POLL_S = 0.01
 PIPE_DRAIN_S = 2.0
 """How long to read stdout/stderr to EOF once the group is dead; only a process that

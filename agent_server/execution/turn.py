@@ -24,13 +24,14 @@ from agent_server.credentials.store import CredentialStore
 from agent_server.errors import ApiError, RequestInvalid
 from agent_server.execution.answer import FinishedTurn, TurnAnswer, build_answer
 from agent_server.execution.outcome import Outcome, classify_outcome, shutdown_killed
+from agent_server.execution.process_group import Reaper
 from agent_server.execution.registry import Execution, Registry
 from agent_server.execution.runner import ProcessFacts, run_process
 from agent_server.execution.transcript import Transcript
 from agent_server.logs import execution_id_var
 from agent_server.metrics import OTHER_LABEL, Metrics
 from agent_server.models import AuthOverride
-from agent_server.names import AUTH_OVERRIDE_HEADER, SUBSCRIPTION_SHADOW_KEYS
+from agent_server.names import AUTH_OVERRIDE_HEADER, EXECUTION_ID, SUBSCRIPTION_SHADOW_KEYS
 from agent_server.redaction import Redactor
 from agent_server.runtimes.base import RuntimeAdapter, TurnSpec
 from agent_server.runtimes.stream import TurnStream
@@ -91,6 +92,7 @@ class TurnRunner:
     workdir: Path
     permission_mode: str
     max_log_bytes: int
+    reaper: Reaper
 
     async def run(self, ask: TurnAsk, client_gone: asyncio.Event | None = None) -> TurnAnswer:
         """Run one turn; a set `client_gone` stops it like the terminate route would."""
@@ -117,7 +119,12 @@ class TurnRunner:
         self.metrics.active_turns.inc()
         linked = _link(client_gone, execution.cancel)
         try:
-            answer = await self._run(ask, execution, credential, state)
+            try:
+                answer = await self._run(ask, execution, credential, state)
+            except ApiError as refused:  # spawn_too_large: refused before exec
+                if credential.auth_route != "baseline":
+                    refused.headers[AUTH_OVERRIDE_HEADER] = credential.auth_route
+                raise
             if credential.auth_route != "baseline":
                 answer.headers[AUTH_OVERRIDE_HEADER] = credential.auth_route
             self.metrics.turns.labels(
@@ -162,7 +169,7 @@ class TurnRunner:
         credential: SpawnCredential,
         state: CredentialState,
     ) -> TurnAnswer:
-        spawn = self.spawn_envs.build(state.baseline, state.overrides, credential.layer)
+        spawn = await self.spawn_envs.build(state.baseline, state.overrides, credential.layer)
         for key in spawn.suppressed:
             # A label from a fixed set only: `.env` names are the agent's to choose.
             label = key if key in SUBSCRIPTION_SHADOW_KEYS else OTHER_LABEL
@@ -249,6 +256,9 @@ class TurnRunner:
             on_line=on_line,
             cancel=execution.cancel,
             on_spawn=on_spawn,
+            reaper=self.reaper,
+            # Every process of this spawn inherits it, also the ones that leave its group.
+            sweep_tag=f"{EXECUTION_ID}={execution.execution_id}",
         )
         facts = replace(result.facts, stderr=self.redactor.redact(result.facts.stderr))
         return _Attempt(parser.stream, facts, transcript)

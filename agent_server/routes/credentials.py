@@ -8,11 +8,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from agent_server.config import Settings
-from agent_server.credentials.status import credential_status
+from agent_server.credentials.status import credential_status, env_shadow
 from agent_server.credentials.store import CredentialStore
 from agent_server.errors import ApiError, RequestInvalid, TokenRequired
 from agent_server.models import ReloadTokenRequest, ReloadTokenResponse
-from agent_server.names import SUBSCRIPTION_SHADOW_KEYS
 from agent_server.redaction import Redactor
 from agent_server.routes.requests import parse_json
 from agent_server.routes.respond import answer
@@ -61,8 +60,7 @@ async def _reload(request: Request) -> ReloadTokenResponse:
         expected_generation=body.expected_generation,
     )
     state = result.state
-    dotenv = spawn_envs.read_dotenv() if body.remove_api_key else {}
-    shadow = [name for name in SUBSCRIPTION_SHADOW_KEYS if name in dotenv]
+    shadow = env_shadow(state, await spawn_envs.read_dotenv())
     logger.info(
         "reload-token: changed=%s generation=%s fingerprint=%s env_shadow=%s",
         result.changed,
@@ -85,9 +83,10 @@ async def status(request: Request) -> Response:
     spawn_envs: SpawnEnvBuilder = request.app.state.spawn_envs
     report = credential_status(
         request.app.state.store,
-        spawn_envs.read_dotenv(),
+        await spawn_envs.read_dotenv(),
         agent_name=settings.agent_name,
         runtime=settings.runtime,
         env_file=settings.env_file,
+        env_file_problem=spawn_envs.dotenv.problem,
     )
     return answer(request, report.model_dump())

@@ -8,6 +8,7 @@ force-unset swallowed or that are protected (contract §4.2).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Container, Iterable, Mapping
 
@@ -47,22 +48,36 @@ class SpawnEnvBuilder:
             "spawn env: %s from .env is force-unset by the credential guard"
         )
         self._protected = OnceWarner("spawn env: ignoring protected key %s in .env")
+        self._replaced = OnceWarner(
+            "spawn env: %s from .env is replaced by the server's credential"
+        )
+        self._rerouted = OnceWarner(
+            "spawn env: %s from .env is not used: .env may not route a credential it did not set"
+        )
 
-    def read_dotenv(self) -> Mapping[str, str]:
-        """The current `.env` values; the redactor tracks their credentials."""
-        values = self.dotenv.read()
+    async def read_dotenv(self) -> Mapping[str, str]:
+        """The current `.env` values; the redactor tracks their credentials.
+
+        An unchanged file costs one `stat` here; a parse runs in a worker thread, so
+        a large or hostile `.env` never holds the event loop.
+        """
+        values = self.dotenv.cached()
+        if values is None:
+            values = await asyncio.to_thread(self.dotenv.read)
         # The reader hands back the same mapping while the file is unchanged: scan it once.
         if values is not self._redacted:
             self._redactor.track_dotenv(values[n] for n in values if is_credential_name(n))
             self._redacted = values
         return values
 
-    def build(
+    async def build(
         self, baseline: Mapping[str, str], overrides: Overrides, per_spawn: PerSpawn | None = None
     ) -> SpawnEnv:
         """One spawn's env over the current `.env`, warning once per swallowed or protected key."""
-        dotenv = self.read_dotenv()
+        dotenv = await self.read_dotenv()
         spawn = build_spawn_env(baseline, dotenv, overrides, per_spawn)
         self._suppressed.observe(spawn.suppressed, dotenv)
         self._protected.observe(spawn.ignored, dotenv)
+        self._replaced.observe(spawn.replaced, dotenv)
+        self._rerouted.observe(spawn.rerouted, dotenv)
         return spawn

@@ -1,15 +1,23 @@
-"""The operator/agent-managed `.env`, parsed with python-dotenv and cached by identity.
+"""The operator/agent-managed `.env`, read safely, parsed by python-dotenv, cached by identity.
 
-Re-read at every spawn (contract §4) but parsed only when the file's identity
+Re-read for every spawn (contract §4.2) but parsed only when the file's identity
 (device, inode, size, mtime_ns) changes, so a spawn never sees a stale parse and an
-unchanged 5,000-line file costs one `stat`. A parse of a file modified within the
+unchanged file costs one `stat` (`cached`). A parse of a file modified within the
 last `RACY_WINDOW_NS` is not cached (a same-size rewrite in the same timestamp tick
-would keep the same identity), so the cache never serves a stale parse.
+would keep the same identity).
+
+The agent writes this file, so every read is hostile input (contract §10):
+
+- it is opened with `O_NONBLOCK` (a FIFO swapped in cannot block the open) and
+  `fstat` must then say a regular file of at most `MAX_DOTENV_BYTES`; the `.env` may
+  be a symlink, and its target is what is checked;
+- a line holding a NUL byte or bytes that are not UTF-8 is skipped, never passed on;
+- anything else wrong makes the file count as empty, with one WARNING and a
+  `problem` the status report shows.
 """
 
 from __future__ import annotations
 
-import errno
 import io
 import logging
 import os
@@ -24,6 +32,8 @@ from dotenv import dotenv_values
 
 logger = logging.getLogger("agent_server.env_file")
 
+MAX_DOTENV_BYTES = 1024 * 1024
+_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
 _Identity = tuple[int, int, int, int]
 _EMPTY: Mapping[str, str] = MappingProxyType({})
 RACY_WINDOW_NS = 100_000_000
@@ -39,55 +49,121 @@ class DotenvFile:
         self._lock = threading.Lock()
         self._identity: _Identity | None = None
         self._values: Mapping[str, str] = _EMPTY
-        self._unreadable_logged = False
+        self._problem: str | None = None
+        self._reported: str | None = None
 
-    def read(self) -> Mapping[str, str]:
-        """The file's values now: `{}` when missing or unreadable (logged once).
+    @property
+    def problem(self) -> str | None:
+        """Why the last read took the file as empty or skipped lines, or None."""
+        return self._problem
 
-        While the file is unchanged the same mapping object is returned, so a caller
-        can tell a fresh parse from a cached one by identity.
+    def cached(self) -> Mapping[str, str] | None:
+        """The values of the last parse if the file is unchanged since, else None.
+
+        One `stat`, which never blocks (not even on a FIFO): cheap enough for the
+        event loop, so only a real parse needs a worker thread.
         """
         try:
-            st = os.stat(self.path)
-            if not stat.S_ISREG(st.st_mode):
-                # A FIFO or device would block or never end: only a regular file is read.
-                msg = f"{self.path} is not a regular file"
-                raise OSError(errno.EINVAL, msg)
-            identity = _identity(st)
-        except OSError as exc:
-            return self._unreadable(exc)
+            identity = _identity(os.stat(self.path))
+        except OSError:
+            return None
         with self._lock:
-            if identity == self._identity:
-                return self._values
+            return self._values if identity == self._identity else None
+
+    def read(self) -> Mapping[str, str]:
+        """The file's values now: `{}` when missing, unreadable or unsafe (logged once).
+
+        While the file is unchanged the same mapping object is returned, so a caller
+        can tell a fresh parse from a cached one by identity. Never blocks on the
+        file's type; run it off the event loop, since a parse of up to 1 MiB takes
+        a while.
+        """
+        cached = self.cached()
+        if cached is not None:
+            return cached
         started_ns = time.time_ns()
         try:
-            # Read through one descriptor and take its identity from fstat, so the
-            # cache key always describes exactly the bytes that were parsed.
-            with open(self.path, "rb") as handle:
-                identity = _identity(os.fstat(handle.fileno()))
-                text = handle.read().decode("utf-8", errors="replace")
+            raw, identity = _read_regular(self.path)
+        except FileNotFoundError:
+            return self._settle(None, _EMPTY, None, quiet=True)
         except OSError as exc:
-            return self._unreadable(exc)
+            reason = exc.strerror or str(exc) or type(exc).__name__
+            return self._settle(None, _EMPTY, f"not read: {reason}")
+        text, skipped = _clean_lines(raw)
         parsed = dotenv_values(stream=io.StringIO(text), interpolate=False)
         values = MappingProxyType({k: v for k, v in parsed.items() if v is not None})
+        problem = None
+        if skipped:
+            shown = ", ".join(str(n) for n in skipped[:10]) + (", …" if len(skipped) > 10 else "")
+            problem = f"{len(skipped)} line(s) skipped: a NUL byte or not UTF-8 (line {shown})"
         # Racy-git rule: trust the identity only once the mtime is safely in the past.
         trusted = started_ns - identity[3] > RACY_WINDOW_NS
+        return self._settle(identity if trusted else None, values, problem)
+
+    def _settle(
+        self,
+        identity: _Identity | None,
+        values: Mapping[str, str],
+        problem: str | None,
+        *,
+        quiet: bool = False,
+    ) -> Mapping[str, str]:
         with self._lock:
-            self._identity, self._values = (identity if trusted else None), values
-            self._unreadable_logged = False
+            self._identity, self._values, self._problem = identity, values, problem
+            report = problem or ("missing" if quiet else None)
+            if report is not None and report != self._reported:
+                # Once per distinct problem: a file that stays broken is not news.
+                log = logger.info if quiet else logger.warning
+                log("env file %s: %s; treating %s", self.path, report, _what(quiet, values))
+            self._reported = report
         return values
 
-    def _unreadable(self, exc: OSError) -> Mapping[str, str]:
-        with self._lock:
-            self._identity, self._values = None, _EMPTY
-            if not self._unreadable_logged:
-                self._unreadable_logged = True
-                logger.info(
-                    "env file %s is missing or unreadable (%s); treating it as empty",
-                    self.path,
-                    type(exc).__name__,
-                )
-        return _EMPTY
+
+def _what(quiet: bool, values: Mapping[str, str]) -> str:
+    return "it as empty" if quiet or not values else "the rest as usual"
+
+
+def _read_regular(path: Path) -> tuple[bytes, _Identity]:
+    """The bytes of a regular file of at most MAX_DOTENV_BYTES, with their identity.
+
+    `O_NONBLOCK` keeps a FIFO from blocking the open; `fstat` on the descriptor then
+    decides, so a swap between a check and the open cannot slip a FIFO in.
+    """
+    fd = os.open(path, _OPEN_FLAGS)
+    with os.fdopen(fd, "rb") as handle:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "not a regular file"
+            raise OSError(0, f"{kind}, never read")
+        if st.st_size > MAX_DOTENV_BYTES:
+            raise OSError(0, f"over {MAX_DOTENV_BYTES} bytes")
+        raw = handle.read(MAX_DOTENV_BYTES + 1)
+    if len(raw) > MAX_DOTENV_BYTES:
+        raise OSError(0, f"over {MAX_DOTENV_BYTES} bytes")
+    return raw, _identity(st)
+
+
+def _clean_lines(raw: bytes) -> tuple[str, list[int]]:
+    """The file's text without the lines that hold a NUL or invalid UTF-8 (1-based numbers)."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if text is not None and "\0" not in text:
+        return text, []
+    kept: list[str] = []
+    skipped: list[int] = []
+    for number, line in enumerate(raw.split(b"\n"), start=1):
+        try:
+            decoded = line.decode("utf-8")
+        except UnicodeDecodeError:
+            skipped.append(number)
+            continue
+        if "\0" in decoded:
+            skipped.append(number)
+            continue
+        kept.append(decoded)
+    return "\n".join(kept), skipped
 
 
 def _identity(st: os.stat_result) -> _Identity:

@@ -1,8 +1,10 @@
 """The environment of one spawn, built from five explicit layers (contract §4.2).
 
 Lowest first: baseline (the process env at boot) < `.env` < credential overrides
-< the per-spawn layer < the drop set. `build_spawn_env` is pure: the same inputs
-always give the same env, so every precedence rule is a table test.
+< the per-spawn layer < the drop set; then the route guard (`route.guard_route`,
+contract §4.6) keeps the chosen credential on the route that belongs to it.
+`build_spawn_env` is pure: the same inputs always give the same env, so every
+precedence rule is a table test.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass, field
 from pydantic import SecretStr
 
 from agent_server.names import Layer, is_protected, is_server_only
+from agent_server.spawn_env.route import guard_route
 
 Overrides = Mapping[str, SecretStr | None]
 """Credential overrides: name -> value, or name -> None for a force-unset."""
@@ -36,6 +39,10 @@ class SpawnEnv:
     """Names `.env` supplied that a credential force-unset swallowed."""
     ignored: frozenset[str]
     """Protected names `.env` tried to set."""
+    rerouted: frozenset[str] = frozenset()
+    """Routing names `.env` set that the route guard took back (contract §4.6)."""
+    replaced: frozenset[str] = frozenset()
+    """Credential names `.env` set that a credential override replaced."""
 
 
 def build_spawn_env(
@@ -46,31 +53,36 @@ def build_spawn_env(
 ) -> SpawnEnv:
     """Build one spawn's environment from the five layers, lowest first."""
     per_spawn = per_spawn or PerSpawn()
-    env: dict[str, str] = {}
-    sources: dict[str, Layer] = {}
-    for name, value in baseline.items():
-        if is_server_only(name):
-            continue
-        env[name], sources[name] = value, "baseline"
+    base = {name: value for name, value in baseline.items() if not is_server_only(name)}
+    env: dict[str, str] = dict(base)
+    sources: dict[str, Layer] = dict.fromkeys(base, "baseline")
     ignored = set()
     for name, value in dotenv.items():
         if is_protected(name):
             ignored.add(name)
             continue
         env[name], sources[name] = value, "env_file"
-    suppressed = set()
+    suppressed, replaced = set(), set()
     for name, secret in overrides.items():
+        from_dotenv = sources.get(name) == "env_file"
         if secret is None:
-            if sources.get(name) == "env_file":
+            if from_dotenv:
                 suppressed.add(name)
             env.pop(name, None)
             sources.pop(name, None)
         else:
-            env[name], sources[name] = secret.get_secret_value(), "override"
+            value = secret.get_secret_value()
+            if from_dotenv and env[name] != value:
+                replaced.add(name)
+            # A pin of the baseline's own value (the guards) still reports where it is from.
+            env[name], sources[name] = value, "baseline" if base.get(name) == value else "override"
     for name, given in per_spawn.values.items():
         env[name] = given.get_secret_value() if isinstance(given, SecretStr) else given
         sources[name] = "per_spawn"
     for name in per_spawn.drop:
         env.pop(name, None)
         sources.pop(name, None)
-    return SpawnEnv(env, sources, frozenset(suppressed), frozenset(ignored))
+    rerouted = guard_route(base, env, sources)
+    return SpawnEnv(
+        env, sources, frozenset(suppressed), frozenset(ignored), rerouted, frozenset(replaced)
+    )

@@ -288,12 +288,14 @@ def test_status_and_drift(
             "overridden_for_spawn",
             "suppressed_for_spawn",
             "spawn_source",
+            "note",
         }
         for row in rows.values()
     )
     if armed:
         assert rows[KEY]["suppressed_for_spawn"] is True
         assert rows[KEY]["spawn_source"] is None
+        assert rows[KEY]["note"] == "force-unset: the credential guard removes it"
     assert "plainvalue42" not in json.dumps(status)
 
 

@@ -12,6 +12,7 @@ fingerprints::
 
 Directives, one a line in the prompt, run in order (see tests/support/README.md):
 ``@scenario NAME``, ``@sleep S``, ``@spawn-grandchild S [inherit]``,
+``@escape setsid|double-fork S``, ``@read-parent``,
 ``@print-bytes N``, ``@echo-env NAME``, ``@stderr TEXT``, ``@exit N``,
 ``@kill-self``, ``@ignore-sigterm``, ``@unknown-session``, ``@root-refusal``.
 """
@@ -267,6 +268,61 @@ def spawn_grandchild(seconds: float, inherit_output: bool) -> int:
     return child.pid
 
 
+def escape(how: str, seconds: float) -> int:
+    """Start a ``sleep`` that leaves our process group, and return its pid.
+
+    ``setsid``: a child in a new session (still our child). ``double-fork``: a
+    daemon, whose parent exits at once, so it is nobody's child in the turn.
+    Neither holds our pipes.
+    """
+    sleep = shutil.which("sleep") or "/bin/sleep"
+    quiet = {
+        "stdin": subprocess.DEVNULL,
+        "stdout": subprocess.DEVNULL,
+        "stderr": subprocess.DEVNULL,
+    }
+    if how == "setsid":
+        return subprocess.Popen([sleep, str(seconds)], start_new_session=True, **quiet).pid
+    read_end, write_end = os.pipe()
+    middle = os.fork()
+    if middle == 0:  # the middle process: a new session, one more fork, then gone
+        os.close(read_end)
+        os.setsid()
+        daemon = subprocess.Popen([sleep, str(seconds)], **quiet)
+        os.write(write_end, str(daemon.pid).encode())
+        os._exit(0)
+    os.close(write_end)
+    pid = int(os.read(read_end, 32))
+    os.close(read_end)
+    os.waitpid(middle, 0)
+    return pid
+
+
+def read_parent() -> dict[str, str]:
+    """Try to read the server (our parent) as an agent would: its environ and its memory.
+
+    Opening `mem` is the access check itself (ptrace rights); `environ` is read too,
+    and only the names in it are reported, never a value.
+    """
+    parent = os.getppid()
+    found: dict[str, str] = {}
+    try:
+        with open(f"/proc/{parent}/environ", "rb") as handle:
+            names = [
+                e.partition(b"=")[0].decode(errors="replace") for e in handle.read().split(b"\0")
+            ]
+        found["environ"] = "read"
+        found["environ_names"] = ",".join(name for name in names if name)
+    except OSError as exc:
+        found["environ"] = f"denied: {type(exc).__name__}"
+    try:
+        with open(f"/proc/{parent}/mem", "rb"):
+            found["mem"] = "opened"
+    except OSError as exc:
+        found["mem"] = f"denied: {type(exc).__name__}"
+    return found
+
+
 def run(turn: Turn) -> int:
     """Run the prompt's directives in order, then answer with the report; return the exit code."""
     steps = directives(turn.prompt)
@@ -287,6 +343,12 @@ def run(turn: Turn) -> int:
                 seconds, _, mode = arg.partition(" ")
                 pid = spawn_grandchild(float(seconds or 60), mode.strip() == "inherit")
                 write_event({"type": "system", "subtype": "fake_grandchild", "pid": pid})
+            case "escape":
+                how, _, seconds = arg.partition(" ")
+                pid = escape(how, float(seconds or 60))
+                write_event({"type": "system", "subtype": "fake_escapee", "pid": pid})
+            case "read-parent":
+                write_event({"type": "system", "subtype": "fake_parent", **read_parent()})
             case "print-bytes":
                 turn.print_bytes(int(arg))
             case "echo-env":

@@ -140,8 +140,8 @@ def boot(
             None,
             {URL: "https://other.example"},
             False,
-            {URL: "https://other.example", KEY: "base-key"},
-            id="the provider guard is inert with only a base URL",
+            {URL: "https://gw.example", KEY: "base-key"},
+            id="a .env base URL never reroutes the baseline's key (the route guard)",
         ),
         pytest.param(
             "claude-code",

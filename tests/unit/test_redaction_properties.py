@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agent_server.execution.outcome import shape_message
-from agent_server.execution.runner import StderrTail
+from agent_server.execution.pipes import StderrTail
 from agent_server.redaction import Redactor
 
 PROPERTY = settings(

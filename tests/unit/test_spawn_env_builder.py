@@ -20,7 +20,7 @@ from agent_server.spawn_env.layers import SpawnEnv
 
 def _spawn(services: Services) -> SpawnEnv:
     state = services.store.current
-    return services.spawn_envs.build(state.baseline, state.overrides)
+    return asyncio.run(services.spawn_envs.build(state.baseline, state.overrides))
 
 
 def test_once_warner_warns_once_and_again_after_the_key_returns(

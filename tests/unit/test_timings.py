@@ -12,7 +12,7 @@ import time
 import pytest
 
 from agent_server.execution import timings
-from agent_server.execution.process_group import enable_child_subreaper
+from agent_server.execution.process_group import Reaper, enable_child_subreaper
 from agent_server.execution.runner import run_process
 
 pytestmark = pytest.mark.timeout(60)
@@ -51,7 +51,8 @@ def test_uvicorn_waits_for_the_grace_plus_every_kill(grace_s: float) -> None:
 
 
 def test_a_worst_case_kill_ends_within_the_bound() -> None:
-    """A CLI that ignores SIGTERM and leaks its stdout into a setsid child still ends in time."""
+    """A CLI that ignores SIGTERM and leaks its stdout into a setsid child still ends in time,
+    and the child that left the group is swept too."""
     enable_child_subreaper()
 
     async def scenario() -> float:
@@ -62,20 +63,25 @@ def test_a_worst_case_kill_ends_within_the_bound() -> None:
                 cancel.set()
 
         started = time.monotonic()
+        reaper = Reaper()
         result = await run_process(
             [sys.executable, "-c", STUBBORN],
-            env={"PATH": os.defpath},
+            env={"PATH": os.defpath, "TIMINGS_TAG": "worst-case"},
             cwd="/",
             stdin=b"",
             timeout_s=30,
             on_line=on_line,
             cancel=cancel,
+            reaper=reaper,
+            sweep_tag="TIMINGS_TAG=worst-case",
         )
         assert result.facts.terminated
-        return time.monotonic() - started
+        elapsed = time.monotonic() - started
+        assert reaper.leaders == set()
+        return elapsed
 
     elapsed = asyncio.run(scenario())
-    # It does use most of its budget (the grace and the drain both run out) ...
+    # It uses the grace (the CLI ignores SIGTERM) ...
     assert elapsed >= timings.KILL_GRACE_S
     # ... and never more than it.
     assert elapsed <= timings.KILL_BOUND_S + 1.0
