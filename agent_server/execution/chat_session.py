@@ -31,11 +31,11 @@ class ChatSession:
             value = self.path.read_text(encoding="utf-8").strip()
         except (OSError, UnicodeDecodeError):
             return None
-        return value if _SESSION_ID.match(value) else None
+        return value if _SESSION_ID.fullmatch(value) else None
 
     def remember(self, session_id: str) -> None:
         """Keep `session_id` for the next chat turn (atomic; a failure is logged)."""
-        if session_id == self.current() or not _SESSION_ID.match(session_id):
+        if session_id == self.current() or not _SESSION_ID.fullmatch(session_id):
             return
         try:
             write_secret_file(self.path, session_id)
