@@ -12,7 +12,9 @@ import sys
 from types import FrameType
 
 import uvicorn
+from starlette.types import ASGIApp
 
+from agent_server.client_limits import ClientLimits, guarded_protocol
 from agent_server.config import Settings
 from agent_server.errors import ConfigError
 from agent_server.execution.process_group import forbid_dumps
@@ -32,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.command == "serve":
-        return _serve()
+        return serve()
     try:
         settings = Settings.from_env()
     except ConfigError as exc:
@@ -41,7 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     return _status(settings, as_json=args.json)
 
 
-def _serve() -> int:
+def serve(client_limits: ClientLimits | None = None) -> int:
+    """Serve until SIGTERM/SIGINT; `client_limits` replaces the slow-client limits (tests)."""
     from agent_server.app import create_app
     from agent_server.logs import configure_logging
     from agent_server.redaction import Redactor
@@ -69,16 +72,26 @@ def _serve() -> int:
         logger.exception("agent-server could not start")
         return 1
     app = create_app(settings, services)
-    config = uvicorn.Config(
+    limits = client_limits or ClientLimits.for_max_parallel(settings.max_parallel)
+    config = uvicorn_config(app, settings, limits)
+    _DrainingServer(config, services.registry, settings.shutdown_grace_s).run()
+    return 0
+
+
+def uvicorn_config(app: ASGIApp, settings: Settings, limits: ClientLimits) -> uvicorn.Config:
+    """How uvicorn serves `app`: h11 with the slow-client guard, and the shutdown deadline."""
+    return uvicorn.Config(
         app,
         host=settings.host,
         port=settings.port,
         log_config=None,
+        # Header and body deadlines and the connection cap (contract §8, Slow clients).
+        http=guarded_protocol(limits),
+        # No route is a WebSocket: an upgrade must never leave the guard's deadlines.
+        ws="none",
         # uvicorn's own deadline only backs up the drain: SIGKILL escalation and answers.
         timeout_graceful_shutdown=math.ceil(server_shutdown_timeout(settings.shutdown_grace_s)),
     )
-    _DrainingServer(config, services.registry, settings.shutdown_grace_s).run()
-    return 0
 
 
 def _early_log_format() -> str:

@@ -11,7 +11,7 @@ from dataclasses import fields
 from pydantic import BaseModel
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
@@ -162,6 +162,7 @@ def create_app(settings: Settings, services: Services | None = None) -> Starlett
             ApiError: _api_error,
             RequestInvalid: _request_invalid,
             HTTPException: _http_error,
+            ClientDisconnect: _client_left,
             Exception: _unexpected,
         },
     )
@@ -198,6 +199,13 @@ async def _http_error(request: Request, exc: Exception) -> Response:
         status_code=exc.status_code,
         headers=exc.headers,
     )
+
+
+async def _client_left(request: Request, exc: Exception) -> Response:
+    # The client went (or was closed for sending its body too slowly, contract §8) before
+    # its body was read: nobody is left to answer, and nothing went wrong here.
+    logger.debug("client left during its body: %s %s", request.method, request.url.path)
+    return Response(status_code=400)
 
 
 async def _unexpected(request: Request, exc: Exception) -> Response:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from agent_server.client_limits import ClientLimits
 from tests.conftest import SecretRegistry, agent_environ
 from tests.support.server import ServerProcess, server_environ
 
@@ -101,11 +102,16 @@ class TurnServers:
         home.mkdir(parents=True, exist_ok=True)
         return home
 
-    def start(self, home: Path | None = None, **extra: str) -> ServerProcess:
-        """Start `agent-server serve` over `home` (fresh when None) with `extra` env."""
+    def start(
+        self, home: Path | None = None, *, limits: ClientLimits | None = None, **extra: str
+    ) -> ServerProcess:
+        """Start `agent-server serve` over `home` (fresh when None) with `extra` env.
+
+        `limits` replaces the slow-client limits (tests/support/limited_server.py).
+        """
         home = home or self.home()
         log_path = home.parent / f"{home.name}-server-{len(self.started)}.log"
-        server = ServerProcess(server_environ(home, **extra), log_path)
+        server = ServerProcess(server_environ(home, **extra), log_path, limits)
         self.started.append(server)
         return server.start()
 

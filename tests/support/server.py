@@ -22,10 +22,13 @@ from typing import Any
 
 import httpx
 
+from agent_server.client_limits import ClientLimits
+
 REPO = Path(__file__).resolve().parents[2]
 AGENT_SERVER = Path(sys.executable).with_name("agent-server")
 CONTROLLER_TOKEN = "test-controller-token-0123456789"
 FAKE_CLAUDE = REPO / "tests" / "support" / "fake-claude"
+LIMITED_SERVER = REPO / "tests" / "support" / "limited_server.py"
 
 
 def free_port() -> int:
@@ -65,10 +68,16 @@ def server_environ(home: Path, **extra: str) -> dict[str, str]:
 
 
 class ServerProcess:
-    """`agent-server serve` as a subprocess; use as a context manager."""
+    """`agent-server serve` as a subprocess; use as a context manager.
 
-    def __init__(self, environ: Mapping[str, str], log_path: Path) -> None:
+    `limits` serves with other slow-client limits (through `limited_server.py`).
+    """
+
+    def __init__(
+        self, environ: Mapping[str, str], log_path: Path, limits: ClientLimits | None = None
+    ) -> None:
         self.environ = dict(environ)
+        self.limits = limits
         self.port = int(self.environ.get("AGENT_SERVER_PORT") or free_port())
         self.environ["AGENT_SERVER_PORT"] = str(self.port)
         self.log_path = log_path
@@ -148,7 +157,7 @@ class ServerProcess:
         """Start the server and wait until /health answers."""
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(
-            [str(AGENT_SERVER), "serve"],
+            self._argv(),
             env=self.environ,
             stdout=log,
             stderr=log,
@@ -168,6 +177,13 @@ class ServerProcess:
         self.kill()
         msg = f"agent-server did not become healthy: {self.log_text()}"
         raise RuntimeError(msg)
+
+    def _argv(self) -> list[str]:
+        if self.limits is None:
+            return [str(AGENT_SERVER), "serve"]
+        limits = self.limits
+        numbers = (limits.header_timeout_s, limits.body_timeout_s, limits.max_connections)
+        return [sys.executable, str(LIMITED_SERVER), *map(str, numbers)]
 
     def stop(self, timeout: float = 30) -> int:
         """SIGTERM the server and wait for it to exit; return its exit code."""

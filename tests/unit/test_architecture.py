@@ -1,7 +1,8 @@
 """The package reads top-down: imports only point down the layers, and modules stay small.
 
     __main__ > app > services          the composition root: builds and wires
-      routes, auth, openapi            HTTP in and out
+      routes, auth, openapi,           HTTP in and out
+      client_limits
         config                         settings (names the runtimes)
           execution                    one turn's orchestration, outcome, answer
             runtimes | credentials     each owns its facts
@@ -30,6 +31,7 @@ LAYERS: dict[str, int] = {
     "routes": 6,
     "auth": 6,
     "openapi": 6,
+    "client_limits": 6,
     "config": 5,
     "execution": 4,
     "runtimes": 3,

@@ -1,0 +1,200 @@
+"""Slow clients are bounded (contract §8): uvicorn's h11 protocol with a deadline a phase.
+
+uvicorn closes an idle keep-alive connection (`timeout_keep_alive`), but that timer
+is cancelled by the first byte a client sends, and nothing bounds how long the
+request's headers or body may take: a client that trickles them holds its
+connection, and the socket the image listens on (0.0.0.0) is unauthenticated. Its
+`limit_concurrency` answers 503, which the controller reads as an auth failure
+(and a 429 would read as a rate limit): it would walk its credential pool.
+
+So each connection carries one timer, and is in one of three phases:
+
+- *headers*: from the connection's start, and again from each response's end,
+  until a request's headers are complete: `HEADER_TIMEOUT_S` in all.
+- *body*: the headers are in, the body is not: `BODY_TIMEOUT_S` in all (a deadline,
+  not an idle timeout, so a body trickled a byte at a time ends too).
+- *app*: the request is whole and the app runs (a turn may last an hour): no limit.
+
+When a deadline passes the connection is closed; a client that was sending its body
+makes the app see a disconnect. Over `ClientLimits.max_connections` open
+connections, a new one is closed at once. Either way the client gets no HTTP answer:
+never a 503 or a 429, which the controller would act on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+from dataclasses import dataclass
+from typing import ClassVar
+
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+logger = logging.getLogger("agent_server.client_limits")
+
+HEADER_TIMEOUT_S = 10.0
+"""From a connection's start (or its last response's end) until a request's headers are in."""
+BODY_TIMEOUT_S = 30.0
+"""From a request's headers until its whole body is in (4 MiB at most: >= 140 KB/s)."""
+MIN_CONNECTIONS = 256
+"""The connection cap never goes below this."""
+CONNECTIONS_PER_TURN = 4
+"""Connections allowed per turn slot: the turn's own, and the controller's other calls."""
+
+
+def connection_cap(max_parallel: int) -> int:
+    """How many connections may be open at once for `max_parallel` turn slots."""
+    return max(MIN_CONNECTIONS, CONNECTIONS_PER_TURN * max_parallel)
+
+
+@dataclass(frozen=True)
+class ClientLimits:
+    """The deadlines of a request's headers and body, and the connection cap."""
+
+    header_timeout_s: float = HEADER_TIMEOUT_S
+    body_timeout_s: float = BODY_TIMEOUT_S
+    max_connections: int = MIN_CONNECTIONS
+
+    @classmethod
+    def for_max_parallel(cls, max_parallel: int) -> ClientLimits:
+        """The product's limits: the default deadlines, the cap derived from the turn slots."""
+        return cls(max_connections=connection_cap(max_parallel))
+
+
+class Phase(enum.Enum):
+    """Where a connection is in its current request."""
+
+    HEADERS = "headers"
+    BODY = "body"
+    APP = "app"
+
+
+class _CapState:
+    """Whether new connections are being refused now, and how many so far (one log a spell)."""
+
+    def __init__(self) -> None:
+        self.refused = 0
+
+
+class GuardedH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol with the header and body deadlines and the connection cap.
+
+    Use `guarded_protocol(limits)`: it binds the limits to a subclass of this.
+    """
+
+    limits: ClassVar[ClientLimits] = ClientLimits()
+    _cap: ClassVar[_CapState] = _CapState()
+
+    _phase: Phase | None = None
+    _timer: asyncio.TimerHandle | None = None
+    _refused: bool = False
+
+    @property
+    def phase(self) -> Phase | None:
+        """The connection's phase (None once it is closed, or when it was refused)."""
+        return self._phase
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        """Refuse the connection over the cap; otherwise start the header deadline."""
+        if len(self.connections) >= self.limits.max_connections:
+            self._refuse(transport)
+            return
+        if self._cap.refused:
+            logger.warning(
+                "accepting connections again; %d were closed at the cap of %d",
+                self._cap.refused,
+                self.limits.max_connections,
+            )
+            self._cap.refused = 0
+        super().connection_made(transport)  # type: ignore[arg-type]
+        self._enter(Phase.HEADERS)
+
+    def data_received(self, data: bytes) -> None:
+        """uvicorn's, unless this connection was refused."""
+        if not self._refused:
+            super().data_received(data)
+
+    def handle_events(self) -> None:
+        """uvicorn's, then follow the request into its body or its app phase."""
+        super().handle_events()
+        self._follow()
+
+    def on_response_complete(self) -> None:
+        """uvicorn's (it may start a pipelined request), then the next headers' deadline."""
+        super().on_response_complete()
+        self._follow()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        """Stop the timer; uvicorn's own bookkeeping, unless the connection was refused."""
+        self._stop()
+        if not self._refused:
+            super().connection_lost(exc)
+
+    def _refuse(self, transport: asyncio.BaseTransport) -> None:
+        self._refused = True
+        self.transport = transport  # type: ignore[assignment]
+        transport.abort()  # type: ignore[attr-defined]
+        if not self._cap.refused:
+            logger.warning(
+                "%d connections are open, the cap: closing new connections until one ends",
+                self.limits.max_connections,
+            )
+        self._cap.refused += 1
+
+    def _current(self) -> Phase:
+        cycle = self.cycle
+        if cycle is None or cycle.response_complete:
+            return Phase.HEADERS
+        return Phase.BODY if cycle.more_body else Phase.APP
+
+    def _follow(self) -> None:
+        if self.transport.is_closing():
+            self._stop()
+            return
+        phase = self._current()
+        if phase is not self._phase:
+            self._enter(phase)
+
+    def _enter(self, phase: Phase) -> None:
+        self._stop()
+        self._phase = phase
+        if phase is Phase.HEADERS:
+            self._timer = self.loop.call_later(self.limits.header_timeout_s, self._expire, phase)
+        elif phase is Phase.BODY:
+            self._timer = self.loop.call_later(self.limits.body_timeout_s, self._expire, phase)
+
+    def _stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._phase = None
+
+    def _expire(self, phase: Phase) -> None:
+        self._timer = None
+        if self.transport.is_closing():
+            return
+        if phase is Phase.HEADERS:
+            why = f"no complete request headers within {self.limits.header_timeout_s:g} s"
+        else:
+            why = f"the request body was not complete within {self.limits.body_timeout_s:g} s"
+        logger.info("closed a connection from %s: %s", _address(self.client), why)
+        # abort, not close: close would first flush whatever is left of our last answer,
+        # to a client that may have stopped reading. (An idle kept-alive connection is
+        # closed gracefully by uvicorn's own keep-alive timeout, 5 s, before this fires.)
+        self.transport.abort()
+
+
+def _address(client: tuple[str, int] | None) -> str:
+    return f"{client[0]}:{client[1]}" if client else "an unknown client"
+
+
+def guarded_protocol(limits: ClientLimits) -> type[GuardedH11Protocol]:
+    """The protocol class to pass as `uvicorn.Config(http=...)`, bound to `limits`."""
+    bound = limits
+
+    class BoundGuardedH11Protocol(GuardedH11Protocol):
+        limits = bound
+        _cap = _CapState()
+
+    return BoundGuardedH11Protocol

@@ -1,0 +1,446 @@
+"""The slow-client guard (contract §8): each phase's deadline, on a real loopback socket.
+
+Each test serves an ASGI app through the guarded h11 protocol on a real event loop
+and a real 127.0.0.1 socket, with deadlines of a fraction of a second, and plays
+the client with asyncio streams: partial headers, a stalled or trickled body, a slow
+app, keep-alive, pipelining and the connection cap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import uvicorn
+from starlette.types import ASGIApp, Receive, Scope, Send
+from uvicorn.server import ServerState
+
+from agent_server.__main__ import uvicorn_config
+from agent_server.app import create_app
+from agent_server.client_limits import (
+    BODY_TIMEOUT_S,
+    HEADER_TIMEOUT_S,
+    ClientLimits,
+    GuardedH11Protocol,
+    Phase,
+    connection_cap,
+    guarded_protocol,
+)
+from agent_server.config import Settings
+from agent_server.services import Services
+
+pytestmark = pytest.mark.timeout(60)
+
+HEADER_S = 0.4
+BODY_S = 0.7
+EARLY = 0.05
+"""How much sooner than its deadline a close may be seen (the two clocks' start)."""
+SLACK = 0.6
+"""How much later than its deadline a close may be seen on a busy 2-core machine."""
+LIMITS = ClientLimits(header_timeout_s=HEADER_S, body_timeout_s=BODY_S, max_connections=8)
+TOKEN = "unit-controller-token-0123456789"
+
+PARTIAL_HEAD = b"GET /slow HTTP/1.1\r\nHost: a\r\nX-Slow: "
+
+
+def head(path: str = "/", *, length: int | None = None, extra: str = "") -> bytes:
+    """A complete request head (POST with a Content-Length when `length` is given)."""
+    method = "GET" if length is None else "POST"
+    framing = "" if length is None else f"Content-Length: {length}\r\n"
+    return f"{method} {path} HTTP/1.1\r\nHost: a\r\n{framing}{extra}\r\n".encode()
+
+
+@dataclass
+class RecordingApp:
+    """Reads the whole body (recording each message), waits for `release`, answers 200."""
+
+    release: asyncio.Event = field(default_factory=asyncio.Event)
+    received: list[str] = field(default_factory=list)
+    read_body: bool = True
+
+    def __post_init__(self) -> None:
+        self.release.set()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """One request."""
+        assert scope["type"] == "http"
+        while self.read_body:
+            message = await receive()
+            self.received.append(message["type"])
+            if message["type"] == "http.disconnect":
+                return
+            if not message.get("more_body", False):
+                break
+        await self.release.wait()
+        headers = [(b"content-length", b"2")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+
+@dataclass
+class Served:
+    """A guarded server on a loopback port, and every protocol instance it made."""
+
+    port: int
+    state: ServerState
+    protocols: list[GuardedH11Protocol]
+
+    async def connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A raw client connection."""
+        return await asyncio.open_connection("127.0.0.1", self.port)
+
+
+@contextlib.asynccontextmanager
+async def serving(app: ASGIApp, limits: ClientLimits = LIMITS) -> AsyncIterator[Served]:
+    """Serve `app` through `guarded_protocol(limits)`; uvicorn's keep-alive is kept out of it."""
+    protocol = guarded_protocol(limits)
+    config = uvicorn.Config(
+        app, http=protocol, lifespan="off", log_config=None, timeout_keep_alive=60
+    )
+    config.load()
+    state = ServerState()
+    protocols: list[GuardedH11Protocol] = []
+
+    def factory() -> GuardedH11Protocol:
+        made = protocol(config=config, server_state=state, app_state={})
+        protocols.append(made)
+        return made
+
+    server = await asyncio.get_running_loop().create_server(factory, "127.0.0.1", 0)
+    try:
+        yield Served(server.sockets[0].getsockname()[1], state, protocols)
+    finally:
+        server.close()
+        for connection in list(state.connections):
+            connection.transport.abort()
+        for task in list(state.tasks):
+            task.cancel()
+        await asyncio.sleep(0.05)
+        await server.wait_closed()
+
+
+def run(scenario: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    """Run one scenario on a fresh event loop."""
+    asyncio.run(scenario())
+
+
+async def until_closed(reader: asyncio.StreamReader, within: float) -> bytes:
+    """What the server sent before it closed the connection (fails after `within` s)."""
+    data = b""
+    with contextlib.suppress(ConnectionResetError):
+        async with asyncio.timeout(within):
+            while chunk := await reader.read(65536):
+                data += chunk
+    return data
+
+
+async def trickle(writer: asyncio.StreamWriter, every: float = 0.1) -> None:
+    """A byte every `every` seconds until cancelled or the connection breaks."""
+    with contextlib.suppress(ConnectionError):
+        while True:
+            await asyncio.sleep(every)
+            writer.write(b"a")
+            await writer.drain()
+
+
+async def close(writer: asyncio.StreamWriter) -> None:
+    """Close a client connection whatever state the server left it in."""
+    writer.close()
+    with contextlib.suppress(ConnectionError):
+        await writer.wait_closed()
+
+
+async def eventually(check: Callable[[], bool], within: float = 2.0) -> None:
+    """Wait until `check()` holds."""
+    async with asyncio.timeout(within):
+        while not check():
+            await asyncio.sleep(0.01)
+
+
+async def closed_while(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, sending: Awaitable[None]
+) -> tuple[float, bytes]:
+    """Run `sending` until the server closes; the seconds it took and what it answered."""
+    started = time.monotonic()
+    task = asyncio.ensure_future(sending)
+    try:
+        answer = await until_closed(reader, within=10)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await close(writer)
+    return time.monotonic() - started, answer
+
+
+def assert_at_deadline(elapsed: float, deadline: float) -> None:
+    """Closed by that deadline's timer: not before it, and not long after."""
+    assert deadline - EARLY <= elapsed <= deadline + SLACK, (elapsed, deadline)
+
+
+# --- the header phase -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sends", ["nothing", "a header a byte at a time"])
+def test_a_request_without_complete_headers_is_closed_at_the_header_deadline(sends: str) -> None:
+    """Silent or trickling, the connection is closed at the deadline without an answer."""
+    app = RecordingApp()
+
+    async def scenario() -> None:
+        async with serving(app) as served:
+            reader, writer = await served.connect()
+            if sends != "nothing":
+                writer.write(PARTIAL_HEAD)
+            elapsed, answer = await closed_while(reader, writer, trickle(writer))
+            assert_at_deadline(elapsed, HEADER_S)
+            assert answer == b""
+            await eventually(lambda: not served.state.connections)
+
+    run(scenario)
+    assert app.received == []
+
+
+def test_the_header_deadline_runs_again_after_each_response() -> None:
+    """Kept alive, each request has its own deadline; partial headers after one are closed."""
+    app = RecordingApp()
+
+    async def scenario() -> None:
+        async with serving(app) as served:
+            reader, writer = await served.connect()
+            # Four requests 0.6 deadline apart: 1.8 deadlines on one connection, all served.
+            for _ in range(4):
+                await asyncio.sleep(HEADER_S * 0.6)
+                writer.write(head())
+                assert (await reader.readuntil(b"ok")).startswith(b"HTTP/1.1 200 ")
+            writer.write(PARTIAL_HEAD)
+            elapsed, answer = await closed_while(reader, writer, trickle(writer))
+            assert_at_deadline(elapsed, HEADER_S)
+            assert answer == b""
+
+    run(scenario)
+
+
+def test_an_idle_kept_alive_connection_is_closed_at_the_header_deadline() -> None:
+    """With uvicorn's keep-alive out of the way (60 s here), the header deadline closes it."""
+
+    async def scenario() -> None:
+        async with serving(RecordingApp()) as served:
+            reader, writer = await served.connect()
+            writer.write(head())
+            assert (await reader.readuntil(b"ok")).startswith(b"HTTP/1.1 200 ")
+            elapsed, answer = await closed_while(reader, writer, asyncio.sleep(60))
+            assert_at_deadline(elapsed, HEADER_S)
+            assert answer == b""
+
+    run(scenario)
+
+
+# --- the body phase -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sends", ["nothing more", "a byte every 0.1 s"])
+def test_a_slow_body_is_closed_at_the_body_deadline_and_the_app_sees_a_disconnect(
+    sends: str,
+) -> None:
+    """Stalled or trickled, a body is a deadline (not an idle timeout) from its headers."""
+    app = RecordingApp()
+
+    async def scenario() -> None:
+        async with serving(app) as served:
+            reader, writer = await served.connect()
+            writer.write(head("/task", length=1000) + b'{"message": ')
+            await writer.drain()
+            sending = trickle(writer) if sends != "nothing more" else asyncio.sleep(60)
+            elapsed, answer = await closed_while(reader, writer, sending)
+            assert_at_deadline(elapsed, BODY_S)
+            assert answer == b""
+            await eventually(lambda: not served.state.tasks)
+
+    run(scenario)
+    assert app.received[0] == "http.request"
+    assert app.received[-1] == "http.disconnect"
+
+
+def test_a_body_sent_in_pieces_within_its_deadline_is_served() -> None:
+    """Slow but in time: the request is answered."""
+
+    async def scenario() -> None:
+        async with serving(RecordingApp()) as served:
+            reader, writer = await served.connect()
+            writer.write(head("/task", length=4))
+            for byte in b"abcd":
+                await asyncio.sleep(BODY_S / 8)
+                writer.write(bytes([byte]))
+            assert (await reader.readuntil(b"ok")).startswith(b"HTTP/1.1 200 ")
+            await close(writer)
+
+    run(scenario)
+
+
+def test_an_answer_before_the_body_ends_the_body_phase() -> None:
+    """An app that answers without reading the body: the rest is bounded by the header deadline."""
+
+    async def scenario() -> None:
+        async with serving(RecordingApp(read_body=False)) as served:
+            reader, writer = await served.connect()
+            writer.write(head("/task", length=1000))
+            started = time.monotonic()
+            assert (await reader.readuntil(b"ok")).startswith(b"HTTP/1.1 200 ")
+            task = asyncio.ensure_future(trickle(writer))
+            try:
+                await until_closed(reader, within=10)
+            finally:
+                task.cancel()
+                await close(writer)
+            assert_at_deadline(time.monotonic() - started, HEADER_S)
+
+    run(scenario)
+
+
+def test_a_pipelined_request_gets_its_own_body_deadline() -> None:
+    """Two requests in one write: the first is answered, the second's stalled body is closed."""
+
+    async def scenario() -> None:
+        async with serving(RecordingApp()) as served:
+            reader, writer = await served.connect()
+            writer.write(head("/one", length=2) + b"{}" + head("/two", length=1000) + b"{")
+            started = time.monotonic()
+            answer = await until_closed(reader, within=10)
+            await close(writer)
+            assert answer.startswith(b"HTTP/1.1 200 ")
+            assert answer.count(b"HTTP/1.1") == 1
+            assert_at_deadline(time.monotonic() - started, BODY_S)
+
+    run(scenario)
+
+
+# --- the app phase --------------------------------------------------------------------
+
+
+def test_the_app_phase_has_no_deadline_and_the_phases_follow_the_request() -> None:
+    """headers -> body -> app (held past every deadline) -> headers; none once closed."""
+    app = RecordingApp()
+    app.release.clear()
+
+    async def scenario() -> None:
+        async with serving(app) as served:
+            reader, writer = await served.connect()
+            await eventually(lambda: len(served.protocols) == 1)
+            guard = served.protocols[0]
+            assert guard.phase is Phase.HEADERS
+            writer.write(head("/task", length=4) + b"ab")
+            await eventually(lambda: guard.phase is Phase.BODY)
+            writer.write(b"cd")
+            await eventually(lambda: guard.phase is Phase.APP)
+            await asyncio.sleep(HEADER_S + BODY_S + 0.2)
+            assert guard.phase is Phase.APP
+            app.release.set()
+            assert (await reader.readuntil(b"ok")).startswith(b"HTTP/1.1 200 ")
+            await eventually(lambda: guard.phase is Phase.HEADERS)
+            await close(writer)
+            await eventually(lambda: guard.phase is None)
+            assert not served.state.connections
+
+    run(scenario)
+
+
+# --- the connection cap ---------------------------------------------------------------
+
+
+def test_over_the_cap_a_new_connection_is_closed_at_once(caplog: pytest.LogCaptureFixture) -> None:
+    """No HTTP answer (never a 503); one warning a spell; served again once one leaves."""
+    limits = ClientLimits(header_timeout_s=30, body_timeout_s=30, max_connections=3)
+
+    async def scenario() -> None:
+        async with serving(RecordingApp(), limits) as served:
+            held = [await served.connect() for _ in range(3)]
+            await eventually(lambda: len(served.state.connections) == 3)
+            for _ in range(4):
+                reader, writer = await served.connect()
+                writer.write(head("/health"))
+                started = time.monotonic()
+                answer = await until_closed(reader, within=5)
+                await close(writer)
+                assert answer == b""
+                assert time.monotonic() - started < 0.5
+            assert len(served.state.connections) == 3
+            _, first = held.pop()
+            await close(first)
+            await eventually(lambda: len(served.state.connections) == 2)
+            reader, writer = await served.connect()
+            writer.write(head("/health"))
+            assert (await reader.readuntil(b"ok")).startswith(b"HTTP/1.1 200 ")
+            for _, writer_ in [*held, (reader, writer)]:
+                await close(writer_)
+
+    with caplog.at_level(logging.INFO, logger="agent_server.client_limits"):
+        run(scenario)
+    messages = [r.getMessage() for r in caplog.records if r.name == "agent_server.client_limits"]
+    assert messages == [
+        "3 connections are open, the cap: closing new connections until one ends",
+        "accepting connections again; 4 were closed at the cap of 3",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("max_parallel", "cap"), [(1, 256), (32, 256), (64, 256), (65, 260), (500, 2000)]
+)
+def test_the_cap_follows_the_turn_slots(max_parallel: int, cap: int) -> None:
+    """max(256, 4 x AGENT_SERVER_MAX_PARALLEL), as contract §8 says."""
+    assert connection_cap(max_parallel) == cap
+    assert ClientLimits.for_max_parallel(max_parallel).max_connections == cap
+
+
+# --- the product's wiring -------------------------------------------------------------
+
+
+@pytest.fixture
+def app_services(environ: dict[str, str]) -> Services:
+    """Services of a Claude agent with a controller token, 70 turn slots."""
+    settings = Settings.from_environ(
+        {**environ, "TRINITY_AGENT_AUTH_TOKEN": TOKEN, "AGENT_SERVER_MAX_PARALLEL": "70"}
+    )
+    return Services.build(settings)
+
+
+def test_uvicorn_serves_through_the_guard(app_services: Services) -> None:
+    """`agent-server serve` hands uvicorn the guarded protocol with the product's limits."""
+    settings = app_services.settings
+    limits = ClientLimits.for_max_parallel(settings.max_parallel)
+    config = uvicorn_config(create_app(settings, app_services), settings, limits)
+    assert isinstance(config.http, type)
+    assert issubclass(config.http, GuardedH11Protocol)
+    assert config.http.limits == ClientLimits(HEADER_TIMEOUT_S, BODY_TIMEOUT_S, 280)
+    assert config.ws == "none"
+    assert (HEADER_TIMEOUT_S, BODY_TIMEOUT_S) == (10.0, 30.0)
+
+
+def test_the_real_app_ends_a_closed_body_quietly(
+    app_services: Services, caplog: pytest.LogCaptureFixture
+) -> None:
+    """POST /api/task whose body stalls: one INFO line from the guard, no error, no traceback."""
+    app = create_app(app_services.settings, app_services)
+
+    async def scenario() -> None:
+        async with serving(app) as served:
+            reader, writer = await served.connect()
+            writer.write(head("/api/task", length=100, extra=f"X-Trinity-Agent-Token: {TOKEN}\r\n"))
+            writer.write(b'{"message": "hel')
+            elapsed, answer = await closed_while(reader, writer, asyncio.sleep(60))
+            assert_at_deadline(elapsed, BODY_S)
+            assert answer == b""
+            await eventually(lambda: not served.state.tasks)
+
+    with caplog.at_level(logging.DEBUG):
+        run(scenario)
+    guard = [r.getMessage() for r in caplog.records if r.name == "agent_server.client_limits"]
+    assert len(guard) == 1
+    assert guard[0].endswith(f"the request body was not complete within {BODY_S:g} s")
+    noisy = [r for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info]
+    assert not noisy, [(r.name, r.getMessage()) for r in noisy]
