@@ -7,8 +7,9 @@ DEV_STAMP := $(VENV)/.installed-dev
 CLAUDE_CODE_VERSION := 2.1.328
 CLAUDE_CACHE := .cache/claude-code-$(CLAUDE_CODE_VERSION)
 CLAUDE_BIN := $(CLAUDE_CACHE)/node_modules/@anthropic-ai/claude-code/bin/claude.exe
+AGENT_IMAGE ?= agent-server:dev
 
-.PHONY: run test lint unit bench clean
+.PHONY: run test lint unit bench clean image
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -50,8 +51,14 @@ lint: $(DEV_STAMP)
 unit: $(DEV_STAMP)
 	$(BIN)/pytest tests/unit
 
+# The agent image; local Debian bases when no registry has the official ones (docker/).
+image:
+	AGENT_IMAGE=$(AGENT_IMAGE) bash docker/build-image.sh
+
+# The image tier (tests/image) runs when a docker daemon answers: build the image first.
 test: $(DEV_STAMP) $(CLAUDE_BIN) lint
-	AGENT_SERVER_TEST_CLAUDE_BIN=$(abspath $(CLAUDE_BIN)) \
+	if timeout 30 docker info > /dev/null 2>&1; then $(MAKE) --no-print-directory image; fi
+	AGENT_SERVER_TEST_CLAUDE_BIN=$(abspath $(CLAUDE_BIN)) AGENT_SERVER_TEST_IMAGE=$(AGENT_IMAGE) \
 		$(BIN)/pytest --cov --cov-report=term:skip-covered
 
 bench: $(DEV_STAMP)

@@ -180,17 +180,83 @@ def test_parser_joins_continuations_and_skips_comments() -> None:
 # --- the image's invariants ----------------------------------------------------------------
 
 
+def global_args(preamble: list[Instruction]) -> dict[str, str]:
+    """The ARG defaults declared before the first FROM."""
+    values: dict[str, str] = {}
+    for inst in preamble:
+        if inst.keyword == "ARG":
+            values.update(key_values(inst.args))
+    return values
+
+
+def base_image(preamble: list[Instruction], stage: Stage) -> str:
+    """A stage's FROM with the global ARG defaults substituted."""
+    return substitute(stage.image, global_args(preamble))
+
+
+def test_no_syntax_directive() -> None:
+    """`# syntax=` makes BuildKit fetch a frontend image from a registry: none is reachable."""
+    for line in DOCKERFILE.read_text(encoding="utf-8").splitlines():
+        if not line.startswith("#"):
+            break  # parser directives only precede the first instruction
+        assert not re.match(r"#\s*syntax\s*=", line, re.IGNORECASE), line
+
+
 def test_is_multi_stage_with_pinned_base_images(
     parsed: tuple[list[Instruction], list[Stage]],
 ) -> None:
-    _, stages = parsed
+    preamble, stages = parsed
     assert len(stages) >= 2, "expected a build stage and a runtime stage"
     names = {s.name for s in stages if s.name}
     for stage in stages:
         if stage.image in names:
             continue  # FROM an earlier stage
-        assert ":" in stage.image, f"base image {stage.image!r} is not pinned by tag"
-        assert not stage.image.endswith(":latest"), stage.image
+        image = base_image(preamble, stage)
+        assert "$" not in image, f"{stage.image} has no default"
+        assert ":" in image, f"base image {image!r} is not pinned by tag"
+        assert not image.endswith(":latest"), image
+
+
+def test_base_images_are_build_args_defaulting_to_the_official_ones(
+    parsed: tuple[list[Instruction], list[Stage]], final: Stage
+) -> None:
+    """ARGs, so `make image` can swap in local bases; python-build and runtime share one."""
+    preamble, stages = parsed
+    defaults = global_args(preamble)
+    assert defaults.get("PYTHON_IMAGE") == "python:3.11-slim-bookworm", defaults
+    assert defaults.get("NODE_IMAGE") == "node:22-bookworm-slim", defaults
+    by_name = {s.name: s.image for s in stages}
+    assert by_name.get("claude-code") == "${NODE_IMAGE}", by_name
+    assert by_name.get("python-build") == "${PYTHON_IMAGE}", by_name
+    assert final.image == "${PYTHON_IMAGE}", final.image
+
+
+def test_the_ca_bundle_reaches_npm_and_pip_only_as_a_build_secret(
+    parsed: tuple[list[Instruction], list[Stage]],
+) -> None:
+    """npm and pip run with the `ca_bundle` secret mounted; no layer or setting names one."""
+    preamble, stages = parsed
+    installers = {"npm install": "NODE_EXTRA_CA_CERTS", "pip install": "PIP_CERT"}
+    seen = set()
+    for stage in stages:
+        for run in stage.of("RUN"):
+            flags, command = flag_values(run.args)
+            for tool, variable in installers.items():
+                if tool not in command:
+                    continue
+                seen.add(tool)
+                assert flags.get("mount") == "type=secret,id=ca_bundle", run
+                assert f"export {variable}=/run/secrets/ca_bundle" in command, run
+    assert seen == set(installers)
+    bundle_names = {"SSL_CERT_FILE", "NODE_EXTRA_CA_CERTS", "PIP_CERT", "REQUESTS_CA_BUNDLE"}
+    everything = preamble + [i for s in stages for i in s.instructions]
+    for inst in everything:
+        if inst.keyword in {"ARG", "ENV"}:
+            assert not bundle_names & key_values(inst.args).keys(), inst
+        if inst.keyword in {"COPY", "ADD"}:
+            assert not re.search(r"\.(pem|crt)\b|ca[-_]?bundle|ca-certificates", inst.args), inst
+    # The runtime stage needs no secret at all.
+    assert "type=secret" not in " ".join(r.args for r in stages[-1].of("RUN"))
 
 
 def test_a_build_stage_installs_pinned_claude_code_from_npm(
@@ -212,7 +278,7 @@ def test_a_build_stage_installs_pinned_claude_code_from_npm(
 def test_final_stage_ships_the_claude_binary_from_the_npm_stage(
     parsed: tuple[list[Instruction], list[Stage]], final: Stage
 ) -> None:
-    _, stages = parsed
+    preamble, stages = parsed
     npm_stages = {
         s.name
         for s in stages[:-1]
@@ -225,7 +291,7 @@ def test_final_stage_ships_the_claude_binary_from_the_npm_stage(
             copies.append(rest.split())
     assert any(words[-1] == "/usr/local/bin/claude" for words in copies), copies
     # The binary is native: the runtime needs no Node.js.
-    assert not final.image.startswith("node:"), final.image
+    assert not base_image(preamble, final).startswith("node:"), final.image
     assert not any(re.search(r"\b(nodejs|npm)\b", i.args) for i in final.of("RUN"))
 
 
