@@ -28,25 +28,27 @@ from agent_server.errors import (
 from agent_server.execution.outcome import ERROR_CODES, ERROR_STATUSES
 from agent_server.execution.process_group import enable_child_subreaper, use_pidfd_child_watcher
 from agent_server.models import (
-    ChatRequest,
     CredentialStatus,
     ErrorDetail,
     ErrorResponse,
     Health,
-    ParallelTaskRequest,
     ReloadTokenRequest,
     ReloadTokenResponse,
-    RunningExecutions,
-    TerminateResponse,
-    TurnError,
-    TurnErrorDetail,
-    TurnResponse,
     ValidationFailed,
 )
 from agent_server.openapi import Answer, Endpoint, openapi_document
 from agent_server.routes import credentials, executions, health
 from agent_server.routes.respond import answer
 from agent_server.services import Services
+from agent_server.turn_models import (
+    ChatRequest,
+    ParallelTaskRequest,
+    RunningExecutions,
+    TerminateResponse,
+    TurnError,
+    TurnErrorDetail,
+    TurnResponse,
+)
 
 logger = logging.getLogger("agent_server.app")
 
@@ -179,9 +181,13 @@ def create_app(settings: Settings, services: Services | None = None) -> Starlett
 async def _api_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ApiError)  # noqa: S101 - registered for ApiError only
     # A message may quote what the client sent (an execution id): `answer` redacts it.
-    detail: dict[str, object] = {"message": exc.message, "error_code": exc.error_code}
-    if exc.retryable is not None:
-        detail["retryable"] = exc.retryable
+    detail: dict[str, object] = {
+        "message": exc.message,
+        "error_code": exc.error_code,
+        "retryable": bool(exc.retryable),
+        "switch_credential": False,  # no refusal of ours is the credential's fault
+        **exc.detail,
+    }
     return answer(request, {"detail": detail}, status_code=exc.status, headers=exc.headers)
 
 

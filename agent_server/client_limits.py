@@ -36,7 +36,7 @@ logger = logging.getLogger("agent_server.client_limits")
 HEADER_TIMEOUT_S = 10.0
 """From a connection's start (or its last response's end) until a request's headers are in."""
 BODY_TIMEOUT_S = 30.0
-"""From a request's headers until its whole body is in (4 MiB at most: >= 140 KB/s)."""
+"""From a request's headers until its whole body is in (16 MiB at most: >= 560 KB/s)."""
 MIN_CONNECTIONS = 256
 """The connection cap never goes below this."""
 CONNECTIONS_PER_TURN = 4

@@ -43,6 +43,8 @@ class ApiError(AgentServerError):
         super().__init__(message)
         self.message = message
         self.headers = headers or {}
+        self.detail: dict[str, object] = {}
+        """More of the answer's `detail` (a turn's refusal carries the whole §7 body)."""
 
 
 class TokenRequired(ApiError):

@@ -18,10 +18,9 @@ from pydantic import (
     Field,
     SecretStr,
     WithJsonSchema,
-    model_validator,
 )
 
-from agent_server.names import AuthOverrideKind, AuthRoute, Layer
+from agent_server.names import AuthOverrideKind, Layer
 
 MAX_TOKEN_BYTES = 4096
 _UNSAFE_CHARS = re.compile(r"[\s\x00-\x1f\x7f]")
@@ -53,7 +52,7 @@ def _check_reload_token(value: SecretStr) -> SecretStr:
     return value if not value.get_secret_value().strip() else _check_secret(value)
 
 
-def _exactly_one_property(schema: dict[str, Any]) -> None:
+def exactly_one_property(schema: dict[str, Any]) -> None:
     """Document the one-of-three rule, and that a given kind is never null."""
     schema["minProperties"] = 1
     schema["maxProperties"] = 1
@@ -65,7 +64,7 @@ def _exactly_one_property(schema: dict[str, Any]) -> None:
         prop.pop("default", None)
 
 
-def _check_url(value: str) -> str:
+def check_url(value: str) -> str:
     if _UNSAFE_CHARS.search(value) or not re.match(r"^https?://[^/\s]+", value):
         msg = "must be an http:// or https:// URL without whitespace"
         raise ValueError(msg)
@@ -93,14 +92,14 @@ ArgValue = Annotated[str, Field(pattern=_ARG_VALUE)]
 ExecutionId = Annotated[str, Field(pattern=EXECUTION_ID_PATTERN)]
 
 
-class _Strict(BaseModel):
+class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
 
 
 # --- credentials (contract §4) ---------------------------------------------------------
 
 
-class ReloadTokenRequest(_Strict):
+class ReloadTokenRequest(Strict):
     """`POST /api/credentials/reload-token`."""
 
     # The schema asks for a non-blank token; a blank one is answered 400 token_required.
@@ -215,166 +214,15 @@ class ErrorDetail(BaseModel):
 
     message: str
     error_code: str
+    retryable: bool
+    switch_credential: bool
+    """Always false here: no refusal of the server's own is the credential's fault."""
 
 
 class ErrorResponse(BaseModel):
     """`{"detail": {...}}`."""
 
     detail: ErrorDetail
-
-
-# --- turns (contract §6) ------------------------------------------------------------------
-
-
-class ProviderOverride(_Strict):
-    """Route one turn to an Anthropic-compatible gateway."""
-
-    base_url: Annotated[
-        str,
-        AfterValidator(_check_url),
-        WithJsonSchema(
-            {
-                "type": "string",
-                "pattern": r"^https?://[^/\s\x00-\x1f\x7f\x85][^\s\x00-\x1f\x7f\x85]*$",
-            }
-        ),
-    ]
-    auth_token: Secret
-    model: ArgValue | None = None
-
-
-class AuthOverride(_Strict):
-    """Exactly one credential for exactly one spawn; never persisted."""
-
-    model_config = ConfigDict(
-        extra="forbid",
-        hide_input_in_errors=True,
-        json_schema_extra=lambda schema: _exactly_one_property(schema),
-    )
-
-    oauth_token: Secret | None = None
-    api_key: Secret | None = None
-    provider: ProviderOverride | None = None
-
-    @model_validator(mode="after")
-    def _exactly_one(self) -> AuthOverride:
-        given = [k for k in ("oauth_token", "api_key", "provider") if getattr(self, k) is not None]
-        if len(given) != 1:
-            msg = "auth_override takes exactly one of oauth_token, api_key, provider"
-            raise ValueError(msg)
-        return self
-
-    @property
-    def kind(self) -> AuthOverrideKind:
-        """Which of the three this override is."""
-        if self.oauth_token is not None:
-            return "oauth_token"
-        return "api_key" if self.api_key is not None else "provider"
-
-
-class ParallelTaskRequest(BaseModel):
-    """`POST /api/task`: one stateless turn (unknown fields are ignored, for the controller)."""
-
-    model_config = ConfigDict(hide_input_in_errors=True)
-
-    message: Annotated[str, Field(min_length=1)]
-    model: ArgValue | None = None
-    allowed_tools: list[ArgValue] | None = None
-    system_prompt: PromptText | None = None
-    timeout_seconds: Annotated[int, Field(ge=1, le=86400)] = 900
-    max_turns: Annotated[int, Field(ge=1, le=10000)] | None = None
-    execution_id: ExecutionId | None = None
-    resume_session_id: ArgValue | None = None
-    persist_session: bool = True
-    async_result: bool = False
-    auth_override: AuthOverride | None = None
-
-
-class ChatRequest(BaseModel):
-    """`POST /api/chat`: one turn of the agent's ongoing chat session."""
-
-    model_config = ConfigDict(hide_input_in_errors=True)
-
-    message: Annotated[str, Field(min_length=1)]
-    model: ArgValue | None = None
-    system_prompt: PromptText | None = None
-    execution_id: ExecutionId | None = None
-    auth_override: AuthOverride | None = None
-
-
-class TurnMetadata(BaseModel):
-    """What the controller records about one turn."""
-
-    execution_id: str
-    session_id: str | None = None
-    model: str | None = None
-    cost_usd: float | None = None
-    duration_ms: int | None = None
-    num_turns: int | None = None
-    input_tokens: int | None = None
-    output_tokens: int | None = None
-    exit_code: int | None = None
-    auth_route: AuthRoute
-    generation: int
-    fingerprint: str | None = None
-    api_key_source: str | None = None
-    log_truncated: bool = False
-    session_reset: bool = False
-
-
-class TurnResponse(BaseModel):
-    """A turn that served (`success`) or was cancelled through the terminate route."""
-
-    status: Literal["success", "cancelled"]
-    response: str
-    execution_log: list[Any]
-    session_id: str | None
-    timestamp: str
-    metadata: TurnMetadata
-
-
-class RunningExecution(BaseModel):
-    """One turn in flight."""
-
-    execution_id: str
-    started_at: str
-    auth_route: AuthRoute
-    generation: int
-
-
-class RunningExecutions(BaseModel):
-    """`GET /api/executions/running`."""
-
-    executions: list[RunningExecution]
-    recently_completed_ids: list[str]
-
-
-class TerminateResponse(BaseModel):
-    """`POST /api/executions/{id}/terminate`."""
-
-    status: Literal["terminated", "already_finished"]
-
-
-class TurnErrorDetail(BaseModel):
-    """The contract §7 error of one turn: what happened and whether another credential helps."""
-
-    message: str
-    error_code: str
-    retryable: bool
-    switch_credential: bool
-    execution_id: str
-    auth_route: AuthRoute
-    api_error_status: int | None
-    resets_at: str | None
-    rate_limit_type: str | None
-    metadata: TurnMetadata | None
-    execution_log: list[Any] | None
-
-
-class TurnError(BaseModel):
-    """`{"detail": {...}}` of a failed turn."""
-
-    detail: TurnErrorDetail
 
 
 class Unauthorized(BaseModel):

@@ -15,10 +15,11 @@ from typing import Any
 from agent_server.execution.outcome import Outcome
 from agent_server.execution.resets import format_instant
 from agent_server.execution.transcript import Transcript
-from agent_server.models import TurnMetadata, TurnResponse
 from agent_server.names import AuthRoute, OutcomeKind
+from agent_server.runtimes.context import context_window_for
 from agent_server.runtimes.events import load_event
 from agent_server.runtimes.stream import TurnStream
+from agent_server.turn_models import ChatContext, TurnMetadata, TurnResponse
 
 
 @dataclass
@@ -45,6 +46,8 @@ class FinishedTurn:
     exit_code: int | None
     transcript: Transcript
     session_reset: bool = False
+    chat: bool = False
+    """An `/api/chat` turn: its answer carries the `session` context."""
 
 
 def build_answer(outcome: Outcome, turn: FinishedTurn, now: datetime) -> TurnAnswer:
@@ -52,6 +55,7 @@ def build_answer(outcome: Outcome, turn: FinishedTurn, now: datetime) -> TurnAns
     stream = turn.stream
     # Only a session id the CLI itself reported: never one it did not see.
     session_id = stream.session_id
+    context_window = stream.context_window or context_window_for(stream.model)
     metadata = TurnMetadata(
         execution_id=turn.execution_id,
         session_id=session_id,
@@ -61,6 +65,9 @@ def build_answer(outcome: Outcome, turn: FinishedTurn, now: datetime) -> TurnAns
         num_turns=stream.num_turns,
         input_tokens=stream.input_tokens,
         output_tokens=stream.output_tokens,
+        cache_read_tokens=stream.cache_read_tokens or 0,
+        cache_creation_tokens=stream.cache_creation_tokens or 0,
+        context_window=context_window,
         exit_code=turn.exit_code,
         auth_route=turn.auth_route,
         generation=turn.generation,
@@ -81,7 +88,8 @@ def build_answer(outcome: Outcome, turn: FinishedTurn, now: datetime) -> TurnAns
             session_id=session_id,
             timestamp=now.isoformat(),
             metadata=metadata,
-        ).model_dump()
+            session=_chat_context(stream, context_window) if turn.chat else None,
+        ).model_dump(exclude=set() if turn.chat else {"session"})
         return TurnAnswer(200, body, outcome, session_id)
     detail = error_detail(
         outcome,
@@ -128,6 +136,21 @@ def retry_after_seconds(outcome: Outcome, now: datetime) -> int | None:
     aware_now = now if now.tzinfo is not None else now.replace(tzinfo=UTC)
     seconds = (outcome.resets_at - aware_now).total_seconds()
     return max(1, math.ceil(seconds))
+
+
+def _chat_context(stream: TurnStream, context_window: int) -> ChatContext:
+    """The chat session and its fill: the last model call's whole prompt, in tokens."""
+    used = sum(
+        value or 0
+        for value in (
+            stream.call_input_tokens,
+            stream.cache_read_tokens,
+            stream.cache_creation_tokens,
+        )
+    )
+    return ChatContext(
+        session_id=stream.session_id, context_tokens=used, context_window=context_window
+    )
 
 
 def _events(transcript: Transcript) -> list[Any]:

@@ -18,6 +18,7 @@ error text for auth words, so a non-auth message is scrubbed of them.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -81,10 +82,36 @@ ERROR_STATUSES: frozenset[int] = frozenset(STATUS_BY_ERROR_CODE.values())
 # matches this literal to tell a container fault from auth (both travel as 503).
 UNAVAILABLE_MESSAGE = "Claude Code is not available in this container"
 
-# What the controller scans for; scrubbed from every non-auth message.
-AUTH_WORDS = ("401", "403", "oauth", "unauthorized", "authentication", "credentials", "forbidden")
-_AUTH_WORD = re.compile("|".join(re.escape(word) for word in AUTH_WORDS), re.IGNORECASE)
-_AUTH_WORD_REPLACEMENTS = {
+# The words the controller scans a failed turn's message for (Trinity's
+# failure_classifier): the auth words make it switch credentials (a billing message
+# keeps "credit balance", which is how older controller paths recognise billing),
+# and a model-rejection marker stops any switch, whatever the status. A message
+# keeps only the words of its own outcome; every other one is scrubbed out.
+AUTH_WORDS = (
+    "401",
+    "403",
+    "oauth",
+    "unauthorized",
+    "authentication",
+    "credentials",
+    "forbidden",
+    "token expired",
+    "not authenticated",
+)
+BILLING_WORDS = ("credit balance",)
+MODEL_REJECTION_MARKERS = (
+    "model unsupported:",
+    "does not support this model",
+    "[claude-code:unrecognized_model]",
+)
+MODEL_REJECTION_PREFIX = "Model unsupported: "
+"""Row 5's message starts with it: the marker the controller reads a rejection by."""
+_KEPT = {
+    OutcomeKind.AUTH: (*AUTH_WORDS, *BILLING_WORDS),
+    OutcomeKind.BILLING: BILLING_WORDS,
+    OutcomeKind.MODEL_UNSUPPORTED: MODEL_REJECTION_MARKERS,
+}
+_REPLACEMENTS = {
     "401": "4xx",
     "403": "4xx",
     "oauth": "login",
@@ -92,7 +119,23 @@ _AUTH_WORD_REPLACEMENTS = {
     "authentication": "sign-in",
     "credentials": "login",
     "forbidden": "denied",
+    "token expired": "session ended",
+    "not authenticated": "not signed in",
+    "credit balance": "account balance",
+    "model unsupported:": "model unsupported -",
+    "does not support this model": "cannot use this model",
+    "[claude-code:unrecognized_model]": "[unrecognized model]",
 }
+
+
+@functools.cache
+def _scrub_pattern(kind: OutcomeKind) -> re.Pattern[str]:
+    """The controller words a message of `kind` must not hold."""
+    kept = _KEPT.get(kind, ())
+    banned = [word for word in _REPLACEMENTS if word not in kept]
+    return re.compile("|".join(re.escape(word) for word in banned), re.IGNORECASE)
+
+
 _MAX_MESSAGE_CHARS = 500
 
 
@@ -114,6 +157,11 @@ class Outcome:
 def permission_bypass_message(detail: str) -> str:
     """Row 1's message for a refused permission mode: starts `Permission bypass failed`."""
     return f"Permission bypass failed: {detail}"
+
+
+def cancelled() -> Outcome:
+    """A turn stopped through the terminate route (row 2): 200 cancelled."""
+    return _outcome(OutcomeKind.CANCELLED, "The turn was cancelled")
 
 
 def shutdown_killed() -> Outcome:
@@ -156,7 +204,7 @@ def classify_outcome(
         )
     # Rows 2 and 3: our own decisions, whatever the stream said.
     if facts.terminated:
-        return _outcome(OutcomeKind.CANCELLED, "The turn was cancelled")
+        return cancelled()
     if facts.timed_out:
         return _outcome(OutcomeKind.TIMEOUT, "The turn ran past its timeout and was stopped")
 
@@ -241,7 +289,7 @@ def _build(
     fallback = {
         OutcomeKind.MODEL_UNSUPPORTED: f"The model is not available to {label}",
         OutcomeKind.RATE_LIMIT: f"{label} hit a usage limit",
-        OutcomeKind.BILLING: "The account has no credit left",
+        OutcomeKind.BILLING: "The account's credit balance is too low",
         OutcomeKind.AUTH: f"{label} could not authenticate",
         OutcomeKind.UPSTREAM_UNAVAILABLE: "The model API is unavailable; retry later",
         OutcomeKind.MAX_TURNS: f"{label} stopped at the maximum number of turns",
@@ -249,6 +297,8 @@ def _build(
     message = cli_text or fallback
     if kind is OutcomeKind.RATE_LIMIT and resets_at is not None and cli_text is None:
         message = f"{fallback}; resets {format_instant(resets_at)}"
+    if kind is OutcomeKind.MODEL_UNSUPPORTED:
+        message = MODEL_REJECTION_PREFIX + message
     return _outcome(
         kind,
         message,
@@ -276,7 +326,7 @@ def _outcome(
         api_error_status=api_error_status,
         resets_at=resets_at,
         rate_limit_type=rate_limit_type,
-        message=shape_message(message, auth=kind is OutcomeKind.AUTH),
+        message=shape_message(message, kind),
     )
 
 
@@ -287,24 +337,28 @@ def _first_text(texts: Sequence[str]) -> str | None:
     return None
 
 
-def shape_message(message: str, *, auth: bool) -> str:
-    """One short line; a non-auth message loses every auth word the controller scans.
+def shape_message(message: str, kind: OutcomeKind) -> str:
+    """One short line, scrubbed of the controller's words that are not its outcome's.
 
-    Its input is already redacted (CLI output is masked as it arrives): clipping can
-    only cut a mask, never a secret.
+    A message keeps the words of its own outcome only (auth, billing, model
+    rejection) and loses the others'. Its input is already redacted (CLI output is
+    masked as it arrives): clipping can only cut a mask, never a secret.
     """
-    line = " ".join(message.split())
-    if len(line) > _MAX_MESSAGE_CHARS:
-        line = line[: _MAX_MESSAGE_CHARS - 1] + "…"
-    if auth:
-        return line
-    # Replacements hold no auth word, but a removal can join two fragments into one:
-    # repeat until clean (each pass shortens or keeps the text, so this ends).
+    line = _clip(" ".join(message.split()))
+    scrub = _scrub_pattern(kind)
+    # A replacement holds no banned word, but one next to the text around it could
+    # spell one anew: repeat until clean, a bounded number of times.
     for _ in range(len(line) + 1):
-        if _AUTH_WORD.search(line) is None:
-            return line
-        line = _AUTH_WORD.sub(lambda m: _AUTH_WORD_REPLACEMENTS[m.group(0).lower()], line)
+        if scrub.search(line) is None:
+            return _clip(line)
+        line = scrub.sub(lambda m: _REPLACEMENTS[m.group(0).lower()], line)
     return "The turn failed"
+
+
+def _clip(line: str) -> str:
+    if len(line) <= _MAX_MESSAGE_CHARS:
+        return line
+    return line[: _MAX_MESSAGE_CHARS - 1] + "…"
 
 
 def _is_signal_exit(exit_code: int | None) -> bool:

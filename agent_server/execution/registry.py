@@ -13,6 +13,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Literal
 
 from agent_server.errors import Busy, ExecutionInProgress, NotFound
 from agent_server.execution.timings import SHUTDOWN_MARGIN_S
@@ -26,11 +27,13 @@ BUSY_RETRY_AFTER_S = 5
 
 @dataclass
 class Execution:
-    """One running turn: enough to list it and to stop it."""
+    """One accepted turn: enough to list it and to stop it."""
 
     execution_id: str
     auth_route: AuthRoute
     generation: int
+    state: Literal["queued", "running"] = "running"
+    """`queued`: accepted, waiting for the chat; nothing spawned yet."""
     started_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
     started: float = field(default_factory=time.monotonic)
     cancel: asyncio.Event = field(default_factory=asyncio.Event)
@@ -50,15 +53,23 @@ class Registry:
         self._recent: collections.OrderedDict[str, None] = collections.OrderedDict()
         self.accepting = True
 
-    def start(self, execution_id: str, auth_route: AuthRoute, generation: int) -> Execution:
-        """Register a turn, or raise ExecutionInProgress / Busy (never 429)."""
+    def start(
+        self, execution_id: str, auth_route: AuthRoute, generation: int, *, queued: bool = False
+    ) -> Execution:
+        """Register a turn (`queued` until it may run), or raise ExecutionInProgress / Busy.
+
+        A queued turn holds a slot like a running one: it is listed, terminable, and
+        counted against `max_parallel` (never 429: the controller reads 429 as a limit).
+        """
         if execution_id in self._running:
             msg = f"execution {execution_id} is already running"
             raise ExecutionInProgress(msg)
         if not self.accepting or len(self._running) >= self.max_parallel:
             msg = f"all {self.max_parallel} turn slots are busy; retry later"
             raise Busy(msg, headers={"Retry-After": str(BUSY_RETRY_AFTER_S)})
-        execution = Execution(execution_id, auth_route, generation)
+        execution = Execution(
+            execution_id, auth_route, generation, state="queued" if queued else "running"
+        )
         self._running[execution_id] = execution
         self._recent.pop(execution_id, None)
         return execution

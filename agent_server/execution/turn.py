@@ -23,20 +23,26 @@ from agent_server.credentials.state import CredentialState, fingerprint
 from agent_server.credentials.store import CredentialStore
 from agent_server.errors import ApiError, RequestInvalid
 from agent_server.execution.answer import FinishedTurn, TurnAnswer, build_answer
-from agent_server.execution.outcome import Outcome, classify_outcome, shutdown_killed
+from agent_server.execution.chat_session import ChatSession
+from agent_server.execution.outcome import Outcome, cancelled, classify_outcome, shutdown_killed
 from agent_server.execution.process_group import Reaper
 from agent_server.execution.registry import Execution, Registry
 from agent_server.execution.runner import ProcessFacts, run_process
 from agent_server.execution.transcript import Transcript
 from agent_server.logs import execution_id_var
 from agent_server.metrics import OTHER_LABEL, Metrics
-from agent_server.models import AuthOverride
-from agent_server.names import AUTH_OVERRIDE_HEADER, EXECUTION_ID, SUBSCRIPTION_SHADOW_KEYS
+from agent_server.names import (
+    AUTH_OVERRIDE_HEADER,
+    EXECUTION_ID,
+    SUBSCRIPTION_SHADOW_KEYS,
+    OutcomeKind,
+)
 from agent_server.redaction import Redactor
 from agent_server.runtimes.base import RuntimeAdapter, TurnSpec
 from agent_server.runtimes.stream import TurnStream
 from agent_server.spawn_env.builder import SpawnEnvBuilder
 from agent_server.spawn_env.per_spawn import SpawnCredential, spawn_credential
+from agent_server.turn_models import AuthOverride, ImageInput
 
 logger = logging.getLogger("agent_server.turn")
 
@@ -55,6 +61,7 @@ class TurnAsk:
     resume_session_id: str | None = None
     persist_session: bool = True
     auth_override: AuthOverride | None = None
+    images: tuple[ImageInput, ...] | None = None
     reset_unknown_session: bool = False
     """Chat only: when the CLI no longer knows the session, start a new one once."""
 
@@ -67,6 +74,7 @@ class TurnAsk:
             "max_turns": self.max_turns is not None,
             "resume_session_id": self.resume_session_id is not None,
             "persist_session": not self.persist_session,
+            "images": self.images is not None,
         }
         return [name for name, given in asked.items() if given]
 
@@ -94,8 +102,18 @@ class TurnRunner:
     max_log_bytes: int
     reaper: Reaper
 
-    async def run(self, ask: TurnAsk, client_gone: asyncio.Event | None = None) -> TurnAnswer:
-        """Run one turn; a set `client_gone` stops it like the terminate route would."""
+    async def run(
+        self,
+        ask: TurnAsk,
+        client_gone: asyncio.Event | None = None,
+        *,
+        chat: ChatSession | None = None,
+    ) -> TurnAnswer:
+        """Run one turn; a set `client_gone` stops it like the terminate route would.
+
+        With `chat`, the turn is one of the agent's chat: registered (`queued`) at once,
+        run when the chat turn before it is done, resuming the chat's session.
+        """
         self.refuse_unhonoured(ask)
         execution_id = ask.execution_id or uuid.uuid4().hex
         override = ask.auth_override
@@ -110,21 +128,22 @@ class TurnRunner:
         self.redactor.add(credential.secrets())
         state = self.store.current  # the one snapshot this spawn uses
         try:
-            execution = self.registry.start(execution_id, credential.auth_route, state.generation)
+            execution = self.registry.start(
+                execution_id, credential.auth_route, state.generation, queued=chat is not None
+            )
         except ApiError as refused:  # busy or execution_in_progress: still this turn's answer
-            if credential.auth_route != "baseline":
-                refused.headers[AUTH_OVERRIDE_HEADER] = credential.auth_route
-            raise
+            raise _as_turn_refusal(refused, ask.execution_id, credential) from None
         context = execution_id_var.set(execution_id)
         self.metrics.active_turns.inc()
         linked = _link(client_gone, execution.cancel)
         try:
             try:
-                answer = await self._run(ask, execution, credential, state)
+                if chat is None:
+                    answer = await self._run(ask, execution, credential, state)
+                else:
+                    answer = await self._chat_turn(ask, execution, credential, chat)
             except ApiError as refused:  # spawn_too_large: refused before exec
-                if credential.auth_route != "baseline":
-                    refused.headers[AUTH_OVERRIDE_HEADER] = credential.auth_route
-                raise
+                raise _as_turn_refusal(refused, ask.execution_id, credential) from None
             if credential.auth_route != "baseline":
                 answer.headers[AUTH_OVERRIDE_HEADER] = credential.auth_route
             self.metrics.turns.labels(
@@ -137,7 +156,7 @@ class TurnRunner:
                 answer.outcome.kind.value,
                 answer.status,
                 credential.auth_route,
-                state.generation,
+                execution.generation,
             )
             return answer
         finally:
@@ -146,6 +165,41 @@ class TurnRunner:
             self.metrics.active_turns.dec()
             self.registry.finish(execution)
             execution_id_var.reset(context)
+
+    async def _chat_turn(
+        self, ask: TurnAsk, execution: Execution, credential: SpawnCredential, chat: ChatSession
+    ) -> TurnAnswer:
+        """Wait for the chat (or a terminate), then run on the chat's session."""
+        if not await _acquire_unless_cancelled(chat.lock, execution.cancel):
+            return self._never_started(execution, credential)
+        try:
+            state = self.store.current  # the credential in force now, not at acceptance
+            execution.state, execution.generation = "running", state.generation
+            ask = replace(ask, resume_session_id=chat.current())
+            answer = await self._run(ask, execution, credential, state, chat=True)
+            if answer.outcome.kind is OutcomeKind.SUCCESS and answer.session_id:
+                chat.remember(answer.session_id)
+            return answer
+        finally:
+            chat.lock.release()
+
+    def _never_started(self, execution: Execution, credential: SpawnCredential) -> TurnAnswer:
+        """A queued turn stopped before it ran: cancelled (or killed by the shutdown)."""
+        state = self.store.current
+        outcome = (
+            shutdown_killed() if execution.shut_down and not execution.terminated else cancelled()
+        )
+        finished = FinishedTurn(
+            execution_id=execution.execution_id,
+            auth_route=credential.auth_route,
+            generation=execution.generation,
+            fingerprint=state.fingerprint,
+            stream=TurnStream(),
+            exit_code=None,
+            transcript=Transcript(0),
+            chat=True,
+        )
+        return build_answer(outcome, finished, datetime.now(UTC))
 
     def refuse_unhonoured(self, ask: TurnAsk) -> None:
         """422 naming each asked field this runtime cannot honour (nothing is spawned)."""
@@ -168,6 +222,8 @@ class TurnRunner:
         execution: Execution,
         credential: SpawnCredential,
         state: CredentialState,
+        *,
+        chat: bool = False,
     ) -> TurnAnswer:
         spawn = await self.spawn_envs.build(state.baseline, state.overrides, credential.layer)
         for key in spawn.suppressed:
@@ -184,6 +240,7 @@ class TurnRunner:
             resume_session_id=ask.resume_session_id,
             new_session_id=self._new_session_id(ask.resume_session_id),
             persist_session=ask.persist_session,
+            images=tuple((i.media_type, i.data) for i in ask.images) if ask.images else (),
         )
         deadline = time.monotonic() + ask.timeout_s
         attempt = await self._spawn(spec, spawn.env, deadline, execution)
@@ -207,6 +264,7 @@ class TurnRunner:
             exit_code=attempt.facts.exit_code,
             transcript=attempt.transcript,
             session_reset=session_reset,
+            chat=chat,
         )
         return build_answer(self._classify(attempt, execution, spec, now), finished, now)
 
@@ -283,3 +341,40 @@ def _link(source: asyncio.Event | None, target: asyncio.Event) -> asyncio.Task[N
             target.set()
 
     return asyncio.create_task(forward())
+
+
+async def _acquire_unless_cancelled(lock: asyncio.Lock, cancel: asyncio.Event) -> bool:
+    """Take `lock`, unless `cancel` is set first (then the lock is not held): True if taken."""
+    acquire = asyncio.ensure_future(lock.acquire())
+    stopped = asyncio.ensure_future(cancel.wait())
+    try:
+        await asyncio.wait({acquire, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+        if not acquire.done():
+            acquire.cancel()
+    taken = acquire.done() and not acquire.cancelled()
+    if taken and cancel.is_set():
+        lock.release()  # both at once: a terminate wins over a late start
+        return False
+    return taken
+
+
+def _as_turn_refusal(
+    refused: ApiError, execution_id: str | None, credential: SpawnCredential
+) -> ApiError:
+    """A refusal of this turn answers with the whole §7 body and the override header."""
+    refused.detail.update(
+        retryable=bool(refused.retryable),
+        switch_credential=False,
+        execution_id=execution_id,
+        auth_route=credential.auth_route,
+        api_error_status=None,
+        resets_at=None,
+        rate_limit_type=None,
+        metadata=None,
+        execution_log=None,
+    )
+    if credential.auth_route != "baseline":
+        refused.headers[AUTH_OVERRIDE_HEADER] = credential.auth_route
+    return refused

@@ -13,16 +13,15 @@ from agent_server.execution.answer import TurnAnswer
 from agent_server.execution.chat_session import ChatSession
 from agent_server.execution.registry import Registry
 from agent_server.execution.turn import TurnAsk, TurnRunner
-from agent_server.models import (
+from agent_server.routes.requests import parse_json
+from agent_server.routes.respond import answer
+from agent_server.turn_models import (
     ChatRequest,
     ParallelTaskRequest,
     RunningExecution,
     RunningExecutions,
     TerminateResponse,
 )
-from agent_server.names import OutcomeKind
-from agent_server.routes.requests import parse_json
-from agent_server.routes.respond import answer
 
 logger = logging.getLogger("agent_server.executions")
 
@@ -44,33 +43,34 @@ async def task(request: Request) -> Response:
         resume_session_id=body.resume_session_id,
         persist_session=body.persist_session,
         auth_override=body.auth_override,
+        images=tuple(body.images) if body.images else None,
     )
     return _respond(request, await _run_watched(request, ask))
 
 
 async def chat(request: Request) -> Response:
-    """One turn of the agent's chat: serialised, resuming its session across credentials."""
-    session: ChatSession = request.app.state.chat
+    """One turn of the agent's chat: serialised, resuming its session across credentials.
+
+    It is registered (queued) as soon as it is accepted, so it is listed and
+    terminable while it waits for the chat turn before it.
+    """
     body = await parse_json(request, ChatRequest)
-    async with session.lock:
-        ask = TurnAsk(
-            message=body.message,
-            execution_id=body.execution_id,
-            model=body.model,
-            system_prompt=body.system_prompt,
-            resume_session_id=session.current(),
-            auth_override=body.auth_override,
-            reset_unknown_session=True,
-        )
-        turn = await _run_watched(request, ask)
-        if turn.outcome.kind is OutcomeKind.SUCCESS and turn.session_id:
-            session.remember(turn.session_id)
-    return _respond(request, turn)
+    ask = TurnAsk(
+        message=body.message,
+        execution_id=body.execution_id,
+        model=body.model,
+        system_prompt=body.system_prompt,
+        auth_override=body.auth_override,
+        images=tuple(body.images) if body.images else None,
+        reset_unknown_session=True,
+    )
+    return _respond(request, await _run_watched(request, ask, request.app.state.chat))
 
 
 async def running(request: Request) -> Response:
     """The turns in flight and the ids that finished recently."""
     registry: Registry = request.app.state.registry
+    listed = registry.running()
     body = RunningExecutions(
         executions=[
             RunningExecution(
@@ -78,10 +78,12 @@ async def running(request: Request) -> Response:
                 started_at=e.started_at,
                 auth_route=e.auth_route,
                 generation=e.generation,
+                state=e.state,
             )
-            for e in registry.running()
+            for e in listed
         ],
         recently_completed_ids=registry.recently_completed(),
+        pending_ids=[e.execution_id for e in listed if e.state == "queued"],
     )
     return answer(request, body.model_dump())
 
@@ -93,13 +95,15 @@ async def terminate(request: Request) -> Response:
     return answer(request, TerminateResponse(status=status).model_dump())
 
 
-async def _run_watched(request: Request, ask: TurnAsk) -> TurnAnswer:
+async def _run_watched(
+    request: Request, ask: TurnAsk, chat: ChatSession | None = None
+) -> TurnAnswer:
     """Run the turn while watching the connection: a client that leaves cancels it."""
     turns: TurnRunner = request.app.state.turns
     gone = asyncio.Event()
     watcher = asyncio.create_task(_watch_disconnect(request, gone))
     try:
-        return await turns.run(ask, gone)
+        return await turns.run(ask, gone, chat=chat)
     finally:
         watcher.cancel()
         with contextlib.suppress(asyncio.CancelledError):

@@ -23,6 +23,7 @@ TURN_OPTIONS = (
     "max_turns",
     "resume_session_id",
     "persist_session",
+    "images",
 )
 """The optional turn fields a runtime may honour (contract §6.1)."""
 
@@ -42,6 +43,8 @@ class TurnSpec:
     new_session_id: str | None = None
     """Start a session with this id, when not resuming (only `assigns_session_id` CLIs)."""
     persist_session: bool = True
+    images: tuple[tuple[str, str], ...] = ()
+    """(media type, base64 data) of each image sent with the prompt."""
 
 
 @dataclass(frozen=True)

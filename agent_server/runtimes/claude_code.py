@@ -9,6 +9,7 @@ The stream-json events this reads (see tests/fixtures/claude-code-2.1.328):
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from agent_server.runtimes.base import TURN_OPTIONS, OutcomeHints, StreamParser, TurnSpec
@@ -77,6 +78,9 @@ class ClaudeStreamParser:
         if not is_api_error:
             for text in texts:
                 self.stream.add_assistant_text(text)
+            message = event.get("message")
+            if isinstance(message, dict) and isinstance(message.get("usage"), dict):
+                self._call_usage(message["usage"])
             return
         # An API-error message is the CLI talking about the API, not the model's prose.
         stream = self.stream
@@ -89,6 +93,13 @@ class ClaudeStreamParser:
         params = event.get("api_error_params")
         if isinstance(params, dict):
             self._rate_limit(params.get("rate_limit_info"), require_rejected=False)
+
+    def _call_usage(self, usage: dict[str, Any]) -> None:
+        """The last model call's prompt: its input, and what the cache read and wrote."""
+        stream = self.stream
+        stream.call_input_tokens = as_int(usage.get("input_tokens"))
+        stream.cache_read_tokens = as_int(usage.get("cache_read_input_tokens"))
+        stream.cache_creation_tokens = as_int(usage.get("cache_creation_input_tokens"))
 
     def _rate_limit(self, info: object, *, require_rejected: bool) -> None:
         # A rate_limit_event also reports `allowed` windows; only a rejection counts.
@@ -114,12 +125,29 @@ class ClaudeStreamParser:
         if isinstance(usage, dict):
             stream.input_tokens = as_int(usage.get("input_tokens"))
             stream.output_tokens = as_int(usage.get("output_tokens"))
+            if stream.call_input_tokens is None:  # no assistant call reported its own
+                self._call_usage(usage)
+        stream.context_window = _context_window(event.get("modelUsage"), stream.model)
         if stream.is_error:
             add_error_text(stream, stream.result_text)
             errors = event.get("errors")
             if isinstance(errors, list):
                 for item in errors:
                     add_error_text(stream, item if isinstance(item, str) else None)
+
+
+def _context_window(model_usage: object, model: str | None) -> int | None:
+    """`modelUsage`'s `contextWindow` for the turn's model (by key, canonical name, or the
+    only entry)."""
+    if not isinstance(model_usage, dict) or not model_usage:
+        return None
+    entries = [e for e in model_usage.values() if isinstance(e, dict)]
+    chosen = model_usage.get(model) if model else None
+    if not isinstance(chosen, dict):
+        canonical = [e for e in entries if model and e.get("canonicalModel") == model]
+        chosen = canonical[0] if canonical else (entries[0] if len(entries) == 1 else None)
+    window = as_int(chosen.get("contextWindow")) if isinstance(chosen, dict) else None
+    return window if window is not None and window > 0 else None
 
 
 def _take_api_error_fields(stream: TurnStream, event: dict[str, Any]) -> None:
@@ -198,11 +226,25 @@ class ClaudeCodeAdapter:
             argv += ["--session-id", turn.new_session_id]
         if not turn.persist_session:
             argv.append("--no-session-persistence")
+        if turn.images:
+            argv += ["--input-format", "stream-json"]
         return argv
 
     def stdin(self, turn: TurnSpec) -> bytes:
-        """The prompt, UTF-8: never argv, where `ps` would show it."""
-        return turn.prompt.encode("utf-8")
+        """The prompt, UTF-8: never argv, where `ps` would show it.
+
+        With images, one stream-json user message: an image block per image, then the
+        prompt as a text block.
+        """
+        if not turn.images:
+            return turn.prompt.encode("utf-8")
+        content: list[dict[str, Any]] = [
+            {"type": "image", "source": {"type": "base64", "media_type": media, "data": data}}
+            for media, data in turn.images
+        ]
+        content.append({"type": "text", "text": turn.prompt})
+        message = {"type": "user", "message": {"role": "user", "content": content}}
+        return json.dumps(message).encode("utf-8") + b"\n"
 
     def new_parser(self) -> StreamParser:
         """A fresh stream-json parser for one turn."""

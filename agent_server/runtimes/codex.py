@@ -58,6 +58,8 @@ class CodexStreamParser:
             if isinstance(usage, dict):
                 stream.input_tokens = as_int(usage.get("input_tokens"))
                 stream.output_tokens = as_int(usage.get("output_tokens"))
+                # OpenAI counts cached input inside input_tokens: nothing to add to it.
+                stream.call_input_tokens = stream.input_tokens
             return True
         elif kind == "turn.failed":
             stream.has_result = True

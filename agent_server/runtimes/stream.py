@@ -61,6 +61,14 @@ class TurnStream:
     duration_ms: int | None = None
     input_tokens: int | None = None
     output_tokens: int | None = None
+    """The turn's totals, as its result reports them."""
+
+    # What the last model call sent: how full the context window is.
+    call_input_tokens: int | None = None
+    cache_read_tokens: int | None = None
+    cache_creation_tokens: int | None = None
+    context_window: int | None = None
+    """The model's window as the CLI reports it (Claude Code's `modelUsage`)."""
 
     def add_assistant_text(self, text: str) -> None:
         """Keep one piece of the model's prose while the cap allows.

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 
 from pydantic import SecretStr
 
-from agent_server.models import AuthOverride
 from agent_server.names import (
     API_KEY,
     AUTH_TOKEN,
@@ -22,6 +21,7 @@ from agent_server.names import (
     AuthRoute,
 )
 from agent_server.spawn_env.layers import PerSpawn
+from agent_server.turn_models import AuthOverride
 
 
 @dataclass(frozen=True)

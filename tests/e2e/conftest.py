@@ -16,6 +16,7 @@ import pytest
 
 from agent_server.client_limits import ClientLimits
 from tests.conftest import SecretRegistry, agent_environ
+from tests.support import trinity
 from tests.support.server import ServerProcess, server_environ
 
 
@@ -225,38 +226,9 @@ def processes() -> ProcessProbe:
 # --- the controller's reading of a failed turn (contract's opening and §7) ----------------
 
 CONTAINER_FAULT_MESSAGE = "Claude Code is not available in this container"
-PERMISSION_BYPASS_PREFIX = "Permission bypass failed"
-CONTROLLER_AUTH_WORDS = (
-    "401",
-    "403",
-    "oauth",
-    "unauthorized",
-    "authentication",
-    "credentials",
-    "forbidden",
-)
-
-
-def controller_reason(status: int, message: str) -> str | None:
-    """What the controller reads a failed turn as: `rate_limit`, `auth`, or None (no switch).
-
-    429 is a rate limit; 503/401/403/402 are auth except the two container-fault
-    messages it knows; any other status is auth only when the message has an auth word.
-    """
-    if status < 400:
-        return None
-    if status == 429:
-        return "rate_limit"
-    container_fault = message == CONTAINER_FAULT_MESSAGE or message.startswith(
-        PERMISSION_BYPASS_PREFIX
-    )
-    if status in (503, 401, 403, 402):
-        return None if container_fault else "auth"
-    lowered = message.lower()
-    return "auth" if any(word in lowered for word in CONTROLLER_AUTH_WORDS) else None
 
 
 @pytest.fixture(name="controller_reason")
 def controller_reason_fixture() -> Callable[[int, str], str | None]:
     """The controller's status and text mapping, to play it over live answers."""
-    return controller_reason
+    return trinity.switch_reason

@@ -1,8 +1,8 @@
 """Bounded input: a huge body is refused while it is read, never buffered whole.
 
 A 500 MB authenticated body used to be read in full before the size check (1.07 GB
-RSS at the peak). Now a declared Content-Length over 4 MiB is refused at once, and
-a chunked body is cut off as soon as its bytes pass 4 MiB: 413 either way, with the
+RSS at the peak). Now a declared Content-Length over 16 MiB is refused at once, and
+a chunked body is cut off as soon as its bytes pass 16 MiB: 413 either way, with the
 server's peak RSS (VmHWM) barely moved.
 """
 

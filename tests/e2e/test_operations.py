@@ -161,6 +161,7 @@ def test_health_of_a_ready_claude_agent(turn_servers: TurnServers) -> None:
                 "max_turns",
                 "resume_session_id",
                 "persist_session",
+                "images",
             ],
             "reload_token": True,
             "credential_status": True,

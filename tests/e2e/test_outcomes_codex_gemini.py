@@ -22,8 +22,9 @@ import httpx
 import pytest
 
 from tests.conftest import SecretRegistry
-from tests.e2e.conftest import CONTROLLER_AUTH_WORDS, TurnServers
-from tests.support.contract import ERROR_DETAIL_KEYS
+from tests.e2e.conftest import TurnServers
+from tests.support.contract import ERROR_DETAIL_KEYS, stray_controller_words
+from tests.support.images import ONE_IMAGE
 from tests.support.server import REPO, ServerProcess
 
 FAKE_CODEX = REPO / "tests" / "support" / "fake-codex"
@@ -123,11 +124,15 @@ TURNS: dict[str, tuple[str, str, dict[str, Any]]] = {
         "hello again",
         {"resume_session_id": "3f0b6a2e-1111-4222-8333-944445555666"},
     ),
-    "codex_unhonoured": ("codex", "hello", {"system_prompt": "be terse", "max_turns": 3}),
+    "codex_unhonoured": (
+        "codex",
+        "hello",
+        {"system_prompt": "be terse", "max_turns": 3, "images": [ONE_IMAGE]},
+    ),
     "gemini_unhonoured": (
         "gemini-cli",
         "hello",
-        {"allowed_tools": ["Read"], "persist_session": False},
+        {"allowed_tools": ["Read"], "persist_session": False, "images": [ONE_IMAGE]},
     ),
 }
 
@@ -175,9 +180,7 @@ def _error(answer: Answer, status: int, error_code: str) -> dict[str, Any]:
     assert detail["auth_route"] == "baseline"
     assert isinstance(detail["execution_log"], list)
     assert "X-Trinity-Auth-Override" not in answer.headers
-    if error_code != "auth":
-        lowered = detail["message"].lower()
-        assert not [word for word in CONTROLLER_AUTH_WORDS if word in lowered], detail["message"]
+    assert not stray_controller_words(error_code, detail["message"]), detail["message"]
     return detail
 
 
@@ -240,11 +243,13 @@ def test_gemini_resumes_a_session_by_id(live: dict[str, Answer]) -> None:
 @pytest.mark.parametrize(
     ("name", "runtime", "fields"),
     [
-        pytest.param("codex_unhonoured", "codex", ["system_prompt", "max_turns"], id="codex"),
+        pytest.param(
+            "codex_unhonoured", "codex", ["system_prompt", "max_turns", "images"], id="codex"
+        ),
         pytest.param(
             "gemini_unhonoured",
             "gemini-cli",
-            ["allowed_tools", "persist_session"],
+            ["allowed_tools", "persist_session", "images"],
             id="gemini",
         ),
     ],

@@ -26,11 +26,10 @@ import pytest
 from tests.conftest import SecretRegistry
 from tests.e2e.conftest import (
     CONTAINER_FAULT_MESSAGE,
-    CONTROLLER_AUTH_WORDS,
     ProcessProbe,
     TurnServers,
 )
-from tests.support.contract import ERROR_DETAIL_KEYS
+from tests.support.contract import ERROR_DETAIL_KEYS, stray_controller_words
 from tests.support.messages_api import (
     UNKNOWN_MODEL,
     MessagesApiStandIn,
@@ -224,9 +223,7 @@ def _assert_error_shape(answer: Answer, error_code: str) -> dict[str, Any]:
     route = next(iter(override)) if override else "baseline"
     assert detail["auth_route"] == route
     assert answer.headers.get("X-Trinity-Auth-Override") == (route if override else None)
-    if error_code != "auth":
-        lowered = detail["message"].lower()
-        assert not [word for word in CONTROLLER_AUTH_WORDS if word in lowered], detail["message"]
+    assert not stray_controller_words(error_code, detail["message"]), detail["message"]
     return detail
 
 
@@ -332,6 +329,7 @@ def test_an_unknown_model_is_a_model_rejection(live: dict[str, Answer]) -> None:
     assert answer.status == 400, answer.text
     detail = _assert_error_shape(answer, "model_unsupported")
     assert detail["switch_credential"] is False
+    assert detail["message"].startswith("Model unsupported: ")
     assert detail["retryable"] is False
 
 

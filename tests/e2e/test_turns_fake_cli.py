@@ -562,8 +562,10 @@ def test_chats_run_one_at_a_time(server: ServerProcess) -> None:
             for i in ("chat-a", "chat-b")
         ]
         time.sleep(0.3)
-        listed = {e["execution_id"] for e in running(server)["executions"]}
-        assert len(listed & {"chat-a", "chat-b"}) == 1
+        listed = running(server)
+        states = sorted(e["state"] for e in listed["executions"])
+        assert states == ["queued", "running"]  # both are listed: the second waits its turn
+        assert len(listed["pending_ids"]) == 1
         answers = [c.result() for c in chats]
     assert time.monotonic() - started >= 1.2
     assert [a.status_code for a in answers] == [200, 200]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from tests.support.trinity import AUTH_INDICATORS, MODEL_REJECTION_MARKERS
+
 ERROR_DETAIL_KEYS = (
     "message",
     "error_code",
@@ -16,3 +18,25 @@ ERROR_DETAIL_KEYS = (
     "execution_log",
 )
 """The keys of every turn error's `detail`, in order (contract §7)."""
+
+KEPT_CONTROLLER_WORDS: dict[str, tuple[str, ...]] = {
+    "auth": AUTH_INDICATORS,
+    "billing": ("credit balance",),
+    "model_unsupported": MODEL_REJECTION_MARKERS,
+}
+"""Which of the controller's words a message may hold, by error code (contract §7).
+
+Any other error's message holds none of Trinity's auth indicators and no
+model-rejection marker, whatever the CLI printed.
+"""
+
+
+def stray_controller_words(error_code: str | None, message: str) -> list[str]:
+    """The controller words `message` holds that an `error_code` message must not."""
+    kept = KEPT_CONTROLLER_WORDS.get(error_code or "", ())
+    lowered = message.lower()
+    return [
+        word
+        for word in (*AUTH_INDICATORS, *MODEL_REJECTION_MARKERS)
+        if word in lowered and word not in kept
+    ]

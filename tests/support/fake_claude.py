@@ -52,6 +52,15 @@ FIXTURE_DIRS = (
     _HERE / "../fixtures/claude-code-2.1.328-captured",
 )
 _CHUNK = 64 * 1024
+USAGE = {
+    "input_tokens": 10,
+    "cache_creation_input_tokens": 300,
+    "cache_read_input_tokens": 1200,
+    "output_tokens": 5,
+}
+"""Every model call's usage: a prompt mostly read from the cache."""
+CONTEXT_WINDOW = 1_000_000
+"""What 2.1.328 reports in `modelUsage` for its default models."""
 
 
 def served_by(env: dict[str, str]) -> str | None:
@@ -107,9 +116,32 @@ class Turn:
         self.args = parse_argv(argv)
         self.env = env
         self.prompt = prompt
+        self.images: list[dict[str, str]] = []
+        if self.args.input_format == "stream-json":
+            self.prompt = self.read_user_message(prompt)
         self.model = self.args.model or DEFAULT_MODEL
         self.session_id = self.args.resume or self.args.session_id or str(uuid.uuid4())
         self.started = time.monotonic()
+
+    def read_user_message(self, stdin: str) -> str:
+        """Take a stream-json user message: its text blocks are the prompt; images are kept
+        as media type and fingerprint."""
+        texts = []
+        for line in stdin.splitlines():
+            if not line.strip():
+                continue
+            event = json.loads(line)
+            if event.get("type") != "user":
+                die(f"error: expected a user message on stdin, got {event.get('type')!r}")
+            for block in event["message"]["content"]:
+                if block["type"] == "text":
+                    texts.append(block["text"])
+                elif block["type"] == "image":
+                    source = block["source"]
+                    self.images.append(
+                        {"media_type": source["media_type"], "fp": fingerprint(source["data"])}
+                    )
+        return "\n".join(texts)
 
     def report(self) -> dict[str, Any]:
         """Return what this turn received, with fingerprints instead of credential values."""
@@ -136,6 +168,7 @@ class Turn:
             "allowed_tools": [t for group in self.args.allowedTools or [] for t in group],
             "append_system_prompt": self.args.append_system_prompt,
             "prompt": self.prompt,
+            "images": self.images,
         }
 
     def init_event(self) -> dict[str, Any]:
@@ -172,7 +205,7 @@ class Turn:
                 "content": [{"type": "text", "text": text}],
                 "stop_reason": None,
                 "stop_sequence": None,
-                "usage": {"input_tokens": 10, "output_tokens": 1},
+                "usage": dict(USAGE, output_tokens=1),
             },
             "parent_tool_use_id": None,
             "session_id": self.session_id,
@@ -194,13 +227,17 @@ class Turn:
             "terminal_reason": "completed",
             "session_id": self.session_id,
             "total_cost_usd": 0.00007,
-            "usage": {
-                "input_tokens": 10,
-                "cache_creation_input_tokens": 0,
-                "cache_read_input_tokens": 0,
-                "output_tokens": 5,
+            "usage": USAGE,
+            "modelUsage": {
+                self.model: {
+                    "inputTokens": 10,
+                    "outputTokens": 5,
+                    "cacheReadInputTokens": USAGE["cache_read_input_tokens"],
+                    "cacheCreationInputTokens": USAGE["cache_creation_input_tokens"],
+                    "costUSD": 0.00007,
+                    "contextWindow": CONTEXT_WINDOW,
+                }
             },
-            "modelUsage": {self.model: {"inputTokens": 10, "outputTokens": 5, "costUSD": 0.00007}},
             "permission_denials": [],
             "uuid": str(uuid.uuid4()),
         }

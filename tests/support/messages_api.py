@@ -51,6 +51,10 @@ INSTALLED_CLI = (
 """Where `make test` installs the pinned CLI."""
 
 
+USAGE = {"input_tokens": 10, "cache_read_input_tokens": 1200, "cache_creation_input_tokens": 300}
+"""What every successful call reports: a prompt mostly read from the prompt cache."""
+
+
 def fingerprint(value: str) -> str:
     """Return the first 12 hex digits of the sha256 of ``value`` (the fixtures' ``fp``)."""
     return hashlib.sha256(value.encode()).hexdigest()[:12]
@@ -97,6 +101,7 @@ class RecordedRequest:
     scenario: str
     session_id: str | None  # the CLI's X-Claude-Code-Session-Id header
     received_at: float
+    images: tuple[tuple[str, str], ...] = ()  # (media type, fingerprint of the base64 data)
 
 
 @dataclass(frozen=True)
@@ -181,7 +186,7 @@ def _sse(text: str, model: str) -> Iterator[bytes]:
                 "content": [],
                 "stop_reason": None,
                 "stop_sequence": None,
-                "usage": {"input_tokens": 10, "output_tokens": 1},
+                "usage": dict(USAGE, output_tokens=1),
             },
         },
         {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
@@ -283,6 +288,7 @@ class MessagesApiStandIn:
         stream: bool | None,
         credential: _Credential,
         scenario: str,
+        images: tuple[tuple[str, str], ...] = (),
     ) -> None:
         recorded = RecordedRequest(
             method=request.method,
@@ -295,6 +301,7 @@ class MessagesApiStandIn:
             scenario=scenario,
             session_id=request.headers.get("x-claude-code-session-id"),
             received_at=time.time(),
+            images=images,
         )
         with self._lock:
             self._requests.append(recorded)
@@ -314,7 +321,7 @@ class MessagesApiStandIn:
             scenario = Scenario.MODEL_NOT_FOUND
         if scenario is Scenario.RATE_LIMIT_FIVE_HOUR and credential.kind == "x-api-key":
             scenario = Scenario.RATE_LIMIT_API_KEY  # an API key has no subscription window
-        self._record(request, model, stream, credential, scenario)
+        self._record(request, model, stream, credential, scenario, _images(body))
         if scenario is Scenario.SLOW:
             await self._wait_released()
         return self._answer(scenario, credential, str(model), bool(stream))
@@ -446,6 +453,19 @@ class MessagesApiStandIn:
         return cli_env(self.base_url, home, **credentials)
 
 
+def _images(body: object) -> tuple[tuple[str, str], ...]:
+    """Every base64 image block in a request's messages: (media type, data fingerprint)."""
+    messages = body.get("messages") if isinstance(body, dict) else None
+    found = []
+    for message in messages if isinstance(messages, list) else []:
+        content = message.get("content") if isinstance(message, dict) else None
+        for block in content if isinstance(content, list) else []:
+            source = block.get("source") if isinstance(block, dict) else None
+            if block.get("type") == "image" and isinstance(source, dict):
+                found.append((str(source.get("media_type")), fingerprint(str(source.get("data")))))
+    return tuple(found)
+
+
 def _message_body(text: str, model: str) -> dict[str, Any]:
     """Return a non-streaming Messages API reply."""
     return {
@@ -456,7 +476,7 @@ def _message_body(text: str, model: str) -> dict[str, Any]:
         "content": [{"type": "text", "text": text}],
         "stop_reason": "end_turn",
         "stop_sequence": None,
-        "usage": {"input_tokens": 10, "output_tokens": 5},
+        "usage": dict(USAGE, output_tokens=5),
     }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 
 from agent_server.execution.answer import FinishedTurn, build_answer
@@ -99,3 +100,46 @@ def test_an_error_is_the_contract_body_with_retry_after() -> None:
     assert detail["resets_at"] == "2026-12-01T12:01:31Z"
     assert answer.headers == {"Retry-After": "91"}
     assert SECRET not in detail["message"]
+
+
+def test_metadata_carries_the_cache_and_the_window() -> None:
+    """The last call's cache reads and writes, and the CLI's window; a task has no session."""
+    stream = TurnStream(
+        model="claude-opus-5-5",
+        call_input_tokens=4,
+        cache_read_tokens=1200,
+        cache_creation_tokens=300,
+        context_window=1_000_000,
+        has_result=True,
+    )
+    answer = build_answer(_outcome(OutcomeKind.SUCCESS), _turn(stream), NOW)
+    metadata = answer.body["metadata"]
+    assert (metadata["cache_read_tokens"], metadata["cache_creation_tokens"]) == (1200, 300)
+    assert metadata["context_window"] == 1_000_000
+    assert "session" not in answer.body
+
+
+def test_unreported_cache_is_zero_and_the_window_comes_from_the_table() -> None:
+    """A CLI that names neither: 0 and 0, and the model family's window."""
+    stream = TurnStream(model="claude-sonnet-4-5[1m]", has_result=True)
+    metadata = build_answer(_outcome(OutcomeKind.SUCCESS), _turn(stream), NOW).body["metadata"]
+    assert (metadata["cache_read_tokens"], metadata["cache_creation_tokens"]) == (0, 0)
+    assert metadata["context_window"] == 1_000_000
+
+
+def test_a_chat_answer_says_how_full_its_session_is() -> None:
+    """`session`: the id, the last call's whole prompt (input + cache) and the window."""
+    stream = TurnStream(
+        session_id="0f8fad5b-d9cb-469f-a165-70867728950e",
+        call_input_tokens=4,
+        cache_read_tokens=1200,
+        cache_creation_tokens=300,
+        has_result=True,
+    )
+    turn = dataclasses.replace(_turn(stream), chat=True)
+    answer = build_answer(_outcome(OutcomeKind.SUCCESS), turn, NOW)
+    assert answer.body["session"] == {
+        "session_id": "0f8fad5b-d9cb-469f-a165-70867728950e",
+        "context_tokens": 1504,
+        "context_window": 200_000,
+    }

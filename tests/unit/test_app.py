@@ -24,6 +24,7 @@ from agent_server.config import Settings
 from agent_server.errors import api_error_codes
 from agent_server.execution.registry import BUSY_RETRY_AFTER_S
 from agent_server.services import Services
+from agent_server.turn_models import TurnErrorDetail
 from tests.support.in_process import BASE_URL, HEADERS, app_client, fake_cli_services, wait_until
 
 pytestmark = pytest.mark.timeout(60)
@@ -157,7 +158,7 @@ def test_an_unexpected_exception_is_500_internal_error_and_shows_nothing(
 def test_an_api_error_answers_its_status_and_a_redacted_message(
     environ: dict[str, str], execution_id: str, message: str
 ) -> None:
-    """ApiError -> {"detail": {"message", "error_code"}}, the message redacted, no retryable."""
+    """ApiError -> the error body (not retryable, no switch), the message redacted."""
     services = fake_cli_services(environ, CLAUDE_CODE_OAUTH_TOKEN=BASELINE_OAUTH)
 
     async def scenario() -> httpx.Response:
@@ -166,13 +167,20 @@ def test_an_api_error_answers_its_status_and_a_redacted_message(
 
     response = asyncio.run(scenario())
     assert response.status_code == 404
-    assert response.json() == {"detail": {"message": message, "error_code": "not_found"}}
+    assert response.json() == {
+        "detail": {
+            "message": message,
+            "error_code": "not_found",
+            "retryable": False,
+            "switch_credential": False,
+        }
+    }
 
 
 def test_a_retryable_api_error_shows_retryable_and_keeps_its_headers(
     environ: dict[str, str],
 ) -> None:
-    """Busy (a drained registry refuses every turn): 409, retryable true, Retry-After."""
+    """Busy (a drained registry refuses every turn): 409, the whole turn error, Retry-After."""
     services = fake_cli_services(environ)
 
     async def scenario() -> httpx.Response:
@@ -184,7 +192,9 @@ def test_a_retryable_api_error_shows_retryable_and_keeps_its_headers(
     assert response.status_code == 409
     detail = response.json()["detail"]
     assert (detail["error_code"], detail["retryable"]) == ("busy", True)
-    assert set(detail) == {"message", "error_code", "retryable"}
+    assert (detail["switch_credential"], detail["execution_id"]) == (False, None)
+    assert detail["auth_route"] == "baseline"
+    assert set(detail) == set(TurnErrorDetail.model_fields)
     assert response.headers["retry-after"] == str(BUSY_RETRY_AFTER_S)
 
 

@@ -7,8 +7,8 @@
           execution                    one turn's orchestration, outcome, answer
             runtimes | credentials     each owns its facts
               spawn_env                the environment of a spawn
-                leaves                 logs > models, errors, redaction, metrics
-                                       > names, secret_file
+                leaves                 logs > turn_models, errors, redaction, metrics
+                                       > models > names, secret_file
 
 A module may import its own folder and anything on a lower layer; two folders on
 the same layer (runtimes, credentials) never import each other.
@@ -25,23 +25,24 @@ PACKAGE = Path(__file__).resolve().parents[2] / "agent_server"
 MAX_LINES = 400
 
 LAYERS: dict[str, int] = {
-    "__main__": 9,
-    "app": 8,
-    "services": 7,
-    "routes": 6,
-    "auth": 6,
-    "openapi": 6,
-    "client_limits": 6,
-    "config": 5,
-    "execution": 4,
-    "runtimes": 3,
-    "credentials": 3,
-    "spawn_env": 2,
-    "logs": 2,
+    "__main__": 11,
+    "app": 10,
+    "services": 9,
+    "routes": 8,
+    "auth": 8,
+    "openapi": 8,
+    "client_limits": 8,
+    "config": 7,
+    "execution": 6,
+    "runtimes": 5,
+    "credentials": 5,
+    "spawn_env": 4,
+    "logs": 3,
+    "turn_models": 2,
+    "errors": 2,
+    "redaction": 2,
+    "metrics": 2,
     "models": 1,
-    "errors": 1,
-    "redaction": 1,
-    "metrics": 1,
     "names": 0,
     "secret_file": 0,
     "__init__": 0,

@@ -8,6 +8,7 @@ import pytest
 
 from agent_server.runtimes.base import RuntimeAdapter, TurnSpec
 from agent_server.runtimes.claude_code import ClaudeCodeAdapter, ClaudeStreamParser
+from agent_server.runtimes.context import context_window_for
 from agent_server.runtimes.stream import TurnStream
 from tests.support.transcripts import REFERENCE_FIXTURES as FIXTURES
 from tests.support.transcripts import load_scenario
@@ -199,6 +200,98 @@ def test_memory_stays_bounded() -> None:
     assert len(stream.error_texts) <= 32
     assert all(len(text) <= 4096 for text in stream.error_texts)
     assert len(stream.api_retries) <= 64
+
+
+# --- context: what the last model call's prompt held, and the model's window -------------
+
+
+def test_the_success_transcript_reports_its_context() -> None:
+    """2.1.328's success: the call read 10 tokens and named no cache; a 1,000,000 window."""
+    stream = _load("success_oauth")
+    assert (stream.call_input_tokens, stream.cache_read_tokens) == (10, None)
+    assert stream.cache_creation_tokens is None
+    assert stream.context_window == 1_000_000
+
+
+def _assistant(usage: dict[str, int]) -> bytes:
+    message = {"content": [{"type": "text", "text": "ok"}], "usage": usage}
+    return json.dumps({"type": "assistant", "message": message}).encode()
+
+
+def test_the_last_model_call_is_the_context_not_the_turns_sum() -> None:
+    """Each assistant event replaces the call's usage; the result's sums do not."""
+    parser = ClaudeStreamParser()
+    parser.feed(_assistant({"input_tokens": 5, "cache_read_input_tokens": 100}))
+    parser.feed(
+        _assistant(
+            {"input_tokens": 7, "cache_read_input_tokens": 900, "cache_creation_input_tokens": 40}
+        )
+    )
+    total = {"input_tokens": 12, "cache_read_input_tokens": 1000, "output_tokens": 3}
+    parser.feed(json.dumps({"type": "result", "usage": total}).encode())
+    stream = parser.stream
+    assert (stream.call_input_tokens, stream.cache_read_tokens) == (7, 900)
+    assert stream.cache_creation_tokens == 40
+    assert stream.input_tokens == 12  # the turn's total stays the metadata's input_tokens
+
+
+def test_with_no_assistant_usage_the_result_gives_the_context() -> None:
+    """A result-only stream: its usage is the call's."""
+    parser = ClaudeStreamParser()
+    usage = {"input_tokens": 3, "cache_read_input_tokens": 50, "cache_creation_input_tokens": 2}
+    parser.feed(json.dumps({"type": "result", "usage": usage}).encode())
+    stream = parser.stream
+    assert (stream.call_input_tokens, stream.cache_read_tokens, stream.cache_creation_tokens) == (
+        3, 50, 2
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("model", "model_usage", "window"),
+    [
+        pytest.param("m", {"m": {"contextWindow": 200_000}}, 200_000, id="by the model's key"),
+        pytest.param(
+            "alias",
+            {"m-1": {"contextWindow": 7}, "m-2": {"contextWindow": 9, "canonicalModel": "alias"}},
+            9,
+            id="by its canonical name",
+        ),
+        pytest.param(None, {"m": {"contextWindow": 5}}, 5, id="the only entry"),
+        pytest.param(
+            None, {"a": {"contextWindow": 5}, "b": {"contextWindow": 6}}, None, id="ambiguous"
+        ),
+        pytest.param("m", {"m": {"contextWindow": 0}}, None, id="a zero window is none"),
+        pytest.param("m", {"m": {"contextWindow": "big"}}, None, id="not a number"),
+        pytest.param("m", {}, None, id="no usage at all"),
+        pytest.param("m", [1], None, id="not an object"),
+    ],
+)
+def test_the_context_window_is_the_models_in_model_usage(
+    model: str | None, model_usage: object, window: int | None
+) -> None:
+    """`modelUsage.<model>.contextWindow`, found by key, canonical name or as the only one."""
+    parser = ClaudeStreamParser()
+    if model is not None:
+        parser.feed(json.dumps({"type": "system", "subtype": "init", "model": model}).encode())
+    parser.feed(json.dumps({"type": "result", "modelUsage": model_usage}).encode())
+    assert parser.stream.context_window == window
+
+
+@pytest.mark.parametrize(
+    ("model", "window"),
+    [
+        ("claude-sonnet-4-5", 200_000),
+        ("claude-sonnet-4-5[1m]", 1_000_000),
+        ("opus", 200_000),
+        ("gpt-5-codex", 272_000),
+        ("gemini-2.5-pro", 1_000_000),
+        ("something-else", 200_000),
+        (None, 200_000),
+    ],
+)
+def test_the_fallback_window_goes_by_family(model: str | None, window: int) -> None:
+    """When the CLI names no window, the documented table by model family does."""
+    assert context_window_for(model) == window
 
 
 def _load(name: str) -> TurnStream:

@@ -14,9 +14,9 @@ from schemathesis.specs.openapi.definitions import OPENAPI_31_VALIDATOR
 
 from agent_server.app import ENDPOINTS, ERROR_CODES_BY_MODEL, create_app
 from agent_server.config import Settings
-from agent_server.models import ParallelTaskRequest
 from agent_server.openapi import Answer, openapi_document
 from agent_server.services import Services
+from agent_server.turn_models import ParallelTaskRequest
 
 TOKEN = "unit-controller-token-0123456789"
 REF = "#/components/schemas/"

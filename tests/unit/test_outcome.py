@@ -4,21 +4,21 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from agent_server.execution.answer import error_detail, retry_after_seconds
-from agent_server.execution.outcome import AUTH_WORDS, Outcome, classify_outcome
+from agent_server.execution.outcome import Outcome, classify_outcome
 from agent_server.execution.runner import ProcessFacts
 from agent_server.names import OutcomeKind
 from agent_server.runtimes.base import OutcomeHints
 from agent_server.runtimes.claude_code import ClaudeCodeAdapter, ClaudeStreamParser
 from agent_server.runtimes.gemini import GeminiAdapter
 from agent_server.runtimes.stream import TurnStream
-from tests.support.contract import ERROR_DETAIL_KEYS
+from tests.support import trinity
+from tests.support.contract import ERROR_DETAIL_KEYS, stray_controller_words
 from tests.support.transcripts import REFERENCE_FIXTURES, load_scenario
 
 FIXTURES = REFERENCE_FIXTURES
@@ -91,9 +91,9 @@ def retry(status: int, error: str) -> str:
     )  # fmt: skip
 
 
-def has_auth_word(message: str) -> bool:
-    lowered = message.lower()
-    return any(word in lowered for word in AUTH_WORDS)
+def strays(outcome: Outcome) -> list[str]:
+    """The controller words the outcome's message holds that its kind must not."""
+    return stray_controller_words(outcome.error_code, outcome.message)
 
 
 # --- the real transcripts ----------------------------------------------------------
@@ -158,8 +158,7 @@ def test_real_transcripts(
     assert outcome.switch_credential is switch
     assert outcome.resets_at == resets_at
     assert outcome.rate_limit_type == rate_limit_type
-    if kind is not OutcomeKind.AUTH:
-        assert not has_auth_word(outcome.message)
+    assert not strays(outcome)
 
 
 def test_every_fixture_scenario_is_covered() -> None:
@@ -349,7 +348,7 @@ def test_kills_and_oom_are_killed_never_auth(facts: ProcessFacts) -> None:
     assert outcome.kind is OutcomeKind.KILLED
     assert outcome.status == 504
     assert outcome.switch_credential is False
-    assert not has_auth_word(outcome.message)
+    assert not strays(outcome)
 
 
 def test_a_result_event_outranks_a_signal_exit() -> None:
@@ -483,8 +482,7 @@ def test_table_rows(lines: list[str], stderr: str, kind: OutcomeKind) -> None:
     """Each row's structured and error-channel evidence maps to that row."""
     outcome = classify(parse_lines(lines), ProcessFacts(exit_code=1, stderr=stderr))
     assert outcome.kind is kind
-    if kind is not OutcomeKind.AUTH:
-        assert not has_auth_word(outcome.message)
+    assert not strays(outcome)
 
 
 def test_a_retried_529_that_then_served_is_a_success() -> None:
@@ -548,7 +546,7 @@ def test_a_non_auth_message_is_scrubbed_of_auth_words() -> None:
     stream = parse_lines([result_line(is_error=True, api_error_status=529, result=text)])
     outcome = classify(stream, ProcessFacts(exit_code=1))
     assert outcome.kind is OutcomeKind.UPSTREAM_UNAVAILABLE
-    assert not has_auth_word(outcome.message)
+    assert not strays(outcome)
     assert "529" in outcome.message
 
 
@@ -557,7 +555,7 @@ def test_auth_words_glued_into_numbers_are_scrubbed() -> None:
     stream = parse_lines([result_line(is_error=True, result="request 440113 failed")])
     outcome = classify(stream, ProcessFacts(exit_code=1))
     assert outcome.kind is OutcomeKind.EXECUTION_ERROR
-    assert not has_auth_word(outcome.message)
+    assert not strays(outcome)
 
 
 def test_an_auth_message_keeps_its_words() -> None:
@@ -565,6 +563,56 @@ def test_an_auth_message_keeps_its_words() -> None:
     stream, facts = load_fixture("auth_oauth_401")
     outcome = classify(stream, facts)
     assert outcome.message == "Not logged in · Please run /login"
+
+
+def test_a_model_rejection_says_so_first_then_the_cli_sentence() -> None:
+    """Row 5's message is `Model unsupported: ` and the CLI's own sentence after it."""
+    stream, facts = load_fixture("model_not_found")
+    outcome = classify(stream, facts)
+    assert outcome.message.startswith("Model unsupported: ")
+    sentence = outcome.message.removeprefix("Model unsupported: ")
+    assert sentence in " ".join(" ".join(stream.error_texts).split())
+    assert trinity.is_model_rejection(outcome.message)
+    assert trinity.switch_reason(outcome.status, outcome.message) is None
+
+
+@pytest.mark.parametrize(
+    ("lines", "expected"),
+    [
+        pytest.param(
+            [result_line(is_error=True, api_error_status=402, result="Payment required")],
+            "Payment required",
+            id="the CLI's own sentence is kept",
+        ),
+        pytest.param(
+            [result_line(is_error=True, api_error_status=402, result="")],
+            "The account's credit balance is too low",
+            id="with no sentence, the fallback names the credit balance",
+        ),
+    ],
+)
+def test_a_billing_message(lines: list[str], expected: str) -> None:
+    """Billing keeps the CLI's sentence; the fallback carries "credit balance"."""
+    outcome = classify(parse_lines(lines), ProcessFacts(exit_code=1))
+    assert outcome.kind is OutcomeKind.BILLING
+    assert outcome.message == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "limit reached; the model does not support this model id",
+        "limit reached [claude-code:unrecognized_model]",
+        "limit reached: Model unsupported: x",
+    ],
+)
+def test_a_rate_limit_quoting_a_rejection_marker_still_switches(text: str) -> None:
+    """The controller believes a rejection marker over any status: other rows lose it."""
+    stream = parse_lines([result_line(is_error=True, api_error_status=429, result=text)])
+    outcome = classify(stream, ProcessFacts(exit_code=1))
+    assert outcome.kind is OutcomeKind.RATE_LIMIT
+    assert not trinity.is_model_rejection(outcome.message), outcome.message
+    assert trinity.switch_reason(outcome.status, outcome.message) == "rate_limit"
 
 
 def test_messages_are_one_short_line() -> None:
@@ -630,10 +678,13 @@ def test_every_error_kind_has_a_status_and_code(kind: OutcomeKind) -> None:
 
 
 @pytest.mark.parametrize("kind", ERROR_KINDS)
-def test_only_auth_messages_carry_auth_words(kind: OutcomeKind) -> None:
-    """Whatever the CLI printed, a non-auth message has no word the controller scans."""
+def test_a_message_holds_only_its_own_controller_words(kind: OutcomeKind) -> None:
+    """Whatever the CLI printed, no message holds a word the controller reads as another
+    outcome's (auth indicators, model-rejection markers)."""
     outcome = outcome_of(kind)
-    assert has_auth_word(outcome.message) is (kind is OutcomeKind.AUTH)
+    assert not strays(outcome)
+    assert trinity.is_model_rejection(outcome.message) is (kind is OutcomeKind.MODEL_UNSUPPORTED)
+    assert trinity.is_auth_failure(outcome.message) is (kind is OutcomeKind.AUTH)
 
 
 @pytest.mark.parametrize("kind", ALL_KINDS)
@@ -710,20 +761,6 @@ def test_retry_after_seconds(delta: timedelta, expected: int) -> None:
     assert retry_after_seconds(outcome, CAPTURED) == expected
 
 
-def controller_reason(status: int, message: str) -> str | None:
-    """The controller's mapping (contract's opening): what it reads a failure as."""
-    is_container_fault = message == "Claude Code is not available in this container" or (
-        message.startswith("Permission bypass failed")
-    )
-    if status == 429:
-        return "rate_limit"
-    if status in (503, 401, 403, 402):
-        return None if is_container_fault else "auth"
-    if re.search("|".join(AUTH_WORDS), message, re.IGNORECASE):
-        return "auth"
-    return None
-
-
 @pytest.mark.parametrize(
     "outcome",
     [
@@ -740,7 +777,7 @@ def controller_reason(status: int, message: str) -> str | None:
 )
 def test_the_controller_switches_exactly_where_the_table_says(outcome: Outcome) -> None:
     """Played through the controller's status and text mapping, only yes-rows switch."""
-    switches = controller_reason(outcome.status, outcome.message) is not None
+    switches = trinity.switch_reason(outcome.status, outcome.message) is not None
     assert switches is outcome.switch_credential
     assert switches is (
         outcome.kind in {OutcomeKind.RATE_LIMIT, OutcomeKind.BILLING, OutcomeKind.AUTH}

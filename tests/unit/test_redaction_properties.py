@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from agent_server.execution.outcome import shape_message
 from agent_server.execution.pipes import StderrTail
+from agent_server.names import OutcomeKind
 from agent_server.redaction import Redactor
 
 PROPERTY = settings(
@@ -47,12 +48,12 @@ def redactor_for(secret: str) -> Redactor:
 
 
 @PROPERTY
-@given(secret=secret_text, before=filler, after=filler, auth=st.booleans())
+@given(secret=secret_text, before=filler, after=filler, kind=st.sampled_from(list(OutcomeKind)))
 def test_a_shaped_message_holds_no_piece_of_the_secret(
-    secret: str, before: str, after: str, auth: bool
+    secret: str, before: str, after: str, kind: OutcomeKind
 ) -> None:
     """Redact, then collapse, clip to 500 and scrub auth words: nothing of the secret left."""
-    message = shape_message(redactor_for(secret).redact(before + secret + after), auth=auth)
+    message = shape_message(redactor_for(secret).redact(before + secret + after), kind)
     assert not leaked(secret, message)
 
 

@@ -222,7 +222,8 @@ def test_two_chats_sent_together_never_overlap(services: Services) -> None:
 
             async def watch() -> None:
                 while watching:
-                    overlap.append(len(services.registry))
+                    states = [e.state for e in services.registry.running()]
+                    overlap.append(states.count("running"))
                     await asyncio.sleep(0.01)
 
             watcher = asyncio.create_task(watch())
@@ -286,11 +287,22 @@ def test_running_lists_a_turn_until_terminate_stops_it(services: Services) -> No
     assert seen["answer"].status_code == 200
     assert seen["answer"].json()["status"] == "cancelled"
     assert seen["answer"].headers["x-trinity-auth-override"] == "oauth_token"
-    assert seen["after"].json() == {"executions": [], "recently_completed_ids": ["listed"]}
+    assert listed["state"] == "running"
+    assert seen["during"].json()["pending_ids"] == []
+    assert seen["after"].json() == {
+        "executions": [],
+        "recently_completed_ids": ["listed"],
+        "pending_ids": [],
+    }
     assert seen["again"].json() == {"status": "already_finished"}
     assert seen["never"].status_code == 404
     assert seen["never"].json() == {
-        "detail": {"message": "no execution never-ran", "error_code": "not_found"}
+        "detail": {
+            "message": "no execution never-ran",
+            "error_code": "not_found",
+            "retryable": False,
+            "switch_credential": False,
+        }
     }
 
 

@@ -26,6 +26,7 @@ ALL_TURN_OPTIONS = [
     "max_turns",
     "resume_session_id",
     "persist_session",
+    "images",
 ]
 
 

@@ -1,0 +1,257 @@
+"""The wire schemas of turns (contract §6, §7): what `/api/task` and `/api/chat` take and give.
+
+The credential, health and error schemas, and the validators these share, are in
+`models`.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+    model_validator,
+)
+
+from agent_server.models import (
+    ArgValue,
+    ExecutionId,
+    PromptText,
+    Secret,
+    Strict,
+    check_url,
+    exactly_one_property,
+)
+from agent_server.names import AuthOverrideKind, AuthRoute
+
+
+class ProviderOverride(Strict):
+    """Route one turn to an Anthropic-compatible gateway."""
+
+    base_url: Annotated[
+        str,
+        AfterValidator(check_url),
+        WithJsonSchema(
+            {
+                "type": "string",
+                "pattern": r"^https?://[^/\s\x00-\x1f\x7f\x85][^\s\x00-\x1f\x7f\x85]*$",
+            }
+        ),
+    ]
+    auth_token: Secret
+    model: ArgValue | None = None
+
+
+class AuthOverride(Strict):
+    """Exactly one credential for exactly one spawn; never persisted."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        hide_input_in_errors=True,
+        json_schema_extra=lambda schema: exactly_one_property(schema),
+    )
+
+    oauth_token: Secret | None = None
+    api_key: Secret | None = None
+    provider: ProviderOverride | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> AuthOverride:
+        given = [k for k in ("oauth_token", "api_key", "provider") if getattr(self, k) is not None]
+        if len(given) != 1:
+            msg = "auth_override takes exactly one of oauth_token, api_key, provider"
+            raise ValueError(msg)
+        return self
+
+    @property
+    def kind(self) -> AuthOverrideKind:
+        """Which of the three this override is."""
+        if self.oauth_token is not None:
+            return "oauth_token"
+        return "api_key" if self.api_key is not None else "provider"
+
+
+MAX_IMAGES = 10
+MAX_IMAGE_BYTES = 5 * 1024 * 1024
+MAX_IMAGES_BYTES = 10 * 1024 * 1024
+"""Per turn: what a controller's channel adapters send at most (decoded bytes)."""
+
+
+BASE64 = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=|[A-Za-z0-9+/]{4})$"
+"""Standard base64 with its padding, at least one byte."""
+
+
+def _check_size(value: str) -> str:
+    decoded = base64.b64decode(value)
+    if len(decoded) > MAX_IMAGE_BYTES:
+        msg = f"must decode to at most {MAX_IMAGE_BYTES} bytes"
+        raise ValueError(msg)
+    return value
+
+
+class ImageInput(Strict):
+    """One image for the model to see: its media type and its bytes in base64."""
+
+    media_type: Literal["image/png", "image/jpeg", "image/gif", "image/webp"]
+    data: Annotated[
+        str,
+        Field(pattern=BASE64, json_schema_extra={"contentEncoding": "base64"}),
+        AfterValidator(_check_size),
+    ]
+
+    @property
+    def size(self) -> int:
+        """The decoded size in bytes."""
+        return len(self.data) * 3 // 4 - self.data.count("=", -2)
+
+
+Images = Annotated[list[ImageInput], Field(min_length=1, max_length=MAX_IMAGES)]
+
+
+def _check_total(images: list[ImageInput] | None) -> None:
+    if images and sum(image.size for image in images) > MAX_IMAGES_BYTES:
+        msg = f"images must decode to at most {MAX_IMAGES_BYTES} bytes in all"
+        raise ValueError(msg)
+
+
+class ParallelTaskRequest(BaseModel):
+    """`POST /api/task`: one stateless turn (unknown fields are ignored, for the controller)."""
+
+    model_config = ConfigDict(hide_input_in_errors=True)
+
+    message: Annotated[str, Field(min_length=1)]
+    model: ArgValue | None = None
+    allowed_tools: list[ArgValue] | None = None
+    system_prompt: PromptText | None = None
+    timeout_seconds: Annotated[int, Field(ge=1, le=86400)] = 900
+    max_turns: Annotated[int, Field(ge=1, le=10000)] | None = None
+    execution_id: ExecutionId | None = None
+    resume_session_id: ArgValue | None = None
+    persist_session: bool = True
+    async_result: bool = False
+    auth_override: AuthOverride | None = None
+    images: Images | None = None
+
+    @model_validator(mode="after")
+    def _images_fit(self) -> ParallelTaskRequest:
+        _check_total(self.images)
+        return self
+
+
+class ChatRequest(BaseModel):
+    """`POST /api/chat`: one turn of the agent's ongoing chat session."""
+
+    model_config = ConfigDict(hide_input_in_errors=True)
+
+    message: Annotated[str, Field(min_length=1)]
+    model: ArgValue | None = None
+    system_prompt: PromptText | None = None
+    execution_id: ExecutionId | None = None
+    auth_override: AuthOverride | None = None
+    images: Images | None = None
+
+    @model_validator(mode="after")
+    def _images_fit(self) -> ChatRequest:
+        _check_total(self.images)
+        return self
+
+
+class TurnMetadata(BaseModel):
+    """What the controller records about one turn."""
+
+    execution_id: str
+    session_id: str | None = None
+    model: str | None = None
+    cost_usd: float | None = None
+    duration_ms: int | None = None
+    num_turns: int | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cache_read_tokens: int = 0
+    """Read from the prompt cache by the turn's last model call (0 when not reported)."""
+    cache_creation_tokens: int = 0
+    """Written to the prompt cache by the turn's last model call (0 when not reported)."""
+    context_window: int
+    """The model's context window, in tokens: as the CLI reports it, else by model family."""
+    exit_code: int | None = None
+    auth_route: AuthRoute
+    generation: int
+    fingerprint: str | None = None
+    api_key_source: str | None = None
+    log_truncated: bool = False
+    session_reset: bool = False
+
+
+class ChatContext(BaseModel):
+    """`/api/chat` only: the chat session and how full its context window is."""
+
+    session_id: str | None
+    context_tokens: int
+    """The context the last model call sent: its input plus cache reads and writes."""
+    context_window: int
+
+
+class TurnResponse(BaseModel):
+    """A turn that served (`success`) or was cancelled through the terminate route."""
+
+    status: Literal["success", "cancelled"]
+    response: str
+    execution_log: list[Any]
+    session_id: str | None
+    timestamp: str
+    metadata: TurnMetadata
+    session: ChatContext | None = None
+    """Set on `/api/chat` answers."""
+
+
+class RunningExecution(BaseModel):
+    """One turn in flight, or accepted and waiting for the chat (`queued`)."""
+
+    execution_id: str
+    started_at: str
+    auth_route: AuthRoute
+    generation: int
+    state: Literal["queued", "running"]
+
+
+class RunningExecutions(BaseModel):
+    """`GET /api/executions/running`."""
+
+    executions: list[RunningExecution]
+    recently_completed_ids: list[str]
+    pending_ids: list[str]
+    """The ids of `executions` that are `queued` (accepted, not spawned yet)."""
+
+
+class TerminateResponse(BaseModel):
+    """`POST /api/executions/{id}/terminate`."""
+
+    status: Literal["terminated", "already_finished"]
+
+
+class TurnErrorDetail(BaseModel):
+    """The contract §7 error of one turn: what happened and whether another credential helps."""
+
+    message: str
+    error_code: str
+    retryable: bool
+    switch_credential: bool
+    execution_id: str | None
+    """Null only on a refusal (`busy`, `spawn_too_large`) of a turn that named no id."""
+    auth_route: AuthRoute
+    api_error_status: int | None
+    resets_at: str | None
+    rate_limit_type: str | None
+    metadata: TurnMetadata | None
+    execution_log: list[Any] | None
+
+
+class TurnError(BaseModel):
+    """`{"detail": {...}}` of a failed turn."""
+
+    detail: TurnErrorDetail
