@@ -27,6 +27,7 @@ from agent_server.errors import (
 )
 from agent_server.execution.outcome import ERROR_CODES, ERROR_STATUSES
 from agent_server.execution.process_group import enable_child_subreaper, use_pidfd_child_watcher
+from agent_server.execution.timings import ANSWER_S
 from agent_server.models import (
     CredentialStatus,
     ErrorDetail,
@@ -37,12 +38,15 @@ from agent_server.models import (
     ValidationFailed,
 )
 from agent_server.openapi import Answer, Endpoint, openapi_document
-from agent_server.routes import credentials, executions, health
+from agent_server.routes import credentials, executions, health, progress
 from agent_server.routes.respond import answer
 from agent_server.services import Services
 from agent_server.turn_models import (
+    AsyncAccepted,
     ChatRequest,
+    LiveEvent,
     ParallelTaskRequest,
+    RetainedResult,
     RunningExecutions,
     TerminateResponse,
     TurnError,
@@ -102,7 +106,12 @@ ENDPOINTS = (
         {200: CredentialStatus},
     ),
     Endpoint(
-        "POST", "/api/task", executions.task, "Run one turn", ParallelTaskRequest, _TURN_ANSWERS
+        "POST",
+        "/api/task",
+        executions.task,
+        "Run one turn (202 with async_result: its result comes by callback)",
+        ParallelTaskRequest,
+        {202: AsyncAccepted, **_TURN_ANSWERS},
     ),
     Endpoint(
         "POST",
@@ -128,6 +137,32 @@ ENDPOINTS = (
         None,
         {200: TerminateResponse, 404: ErrorResponse},
     ),
+    Endpoint(
+        "GET",
+        "/api/executions/{execution_id}/result",
+        executions.result,
+        "A finished turn's retained result",
+        None,
+        {200: RetainedResult, 404: ErrorResponse},
+    ),
+    Endpoint(
+        "GET",
+        "/api/executions/{execution_id}/events",
+        progress.events,
+        "A turn's live events (server-sent events, named by type)",
+        None,
+        {200: LiveEvent, 404: ErrorResponse},
+        media_type="text/event-stream",
+    ),
+    Endpoint(
+        "GET",
+        "/api/executions/{execution_id}/stream",
+        progress.stream,
+        "A turn's live events as Trinity's agent streams them (unnamed, then stream_end)",
+        None,
+        {200: LiveEvent, 404: ErrorResponse},
+        media_type="text/event-stream",
+    ),
     Endpoint("GET", "/openapi.json", _openapi, "This contract, as OpenAPI 3.1", None, {200: None}),
 )
 """Every route with its schemas: the routes table and the contract."""
@@ -152,8 +187,12 @@ def create_app(settings: Settings, services: Services | None = None) -> Starlett
         logger.info(
             "agent-server serving runtime %s for agent %s", settings.runtime, settings.agent_name
         )
+        if services.results.callbacks is not None:
+            services.results.callbacks.sweep_later()
         yield
         await services.registry.drain(settings.shutdown_grace_s)
+        # Turns have answered; their results are being retained and sent (kept if not).
+        await services.results.close(ANSWER_S)
         services.reaper.uninstall(asyncio.get_running_loop())
 
     routes = [Route(e.path, e.handler, methods=[e.method]) for e in ENDPOINTS]
@@ -181,13 +220,7 @@ def create_app(settings: Settings, services: Services | None = None) -> Starlett
 async def _api_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ApiError)  # noqa: S101 - registered for ApiError only
     # A message may quote what the client sent (an execution id): `answer` redacts it.
-    detail: dict[str, object] = {
-        "message": exc.message,
-        "error_code": exc.error_code,
-        "retryable": bool(exc.retryable),
-        "switch_credential": False,  # no refusal of ours is the credential's fault
-        **exc.detail,
-    }
+    detail = exc.body()
     return answer(request, {"detail": detail}, status_code=exc.status, headers=exc.headers)
 
 
@@ -201,7 +234,14 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     code = HTTP_ERROR_CODES.get(exc.status_code, OTHER_HTTP_ERROR)
     return answer(
         request,
-        {"detail": {"message": str(exc.detail), "error_code": code}},
+        {
+            "detail": {
+                "message": str(exc.detail),
+                "error_code": code,
+                "retryable": False,
+                "switch_credential": False,
+            }
+        },
         status_code=exc.status_code,
         headers=exc.headers,
     )
@@ -216,5 +256,4 @@ async def _client_left(request: Request, exc: Exception) -> Response:
 
 async def _unexpected(request: Request, exc: Exception) -> Response:
     logger.exception("unexpected error on %s %s", request.method, request.url.path)
-    detail = {"message": "internal error", "error_code": "internal_error"}
-    return answer(request, {"detail": detail}, status_code=500)
+    return answer(request, {"detail": ApiError("internal error").body()}, status_code=500)

@@ -12,6 +12,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from pydantic import SecretStr
 
@@ -40,6 +41,10 @@ class Settings:
     """`json` or `text` (contract §8)."""
     auth_token: SecretStr | None
     insecure_no_auth: bool
+    callback_url: str | None
+    """`TRINITY_BACKEND_URL`: where async turns' results go (contract §6.8)."""
+    callback_key: SecretStr | None = field(repr=False)
+    """`TRINITY_MCP_API_KEY`: the bearer credential of those callbacks."""
     baseline_env: Mapping[str, str] = field(repr=False)
     """The process environment at boot: the lowest spawn-env layer (contract §4)."""
 
@@ -65,6 +70,7 @@ class Settings:
             raise ConfigError(msg)
         state_home = environ.get("XDG_STATE_HOME") or str(home / ".local" / "state")
         token = environ.get("TRINITY_AGENT_AUTH_TOKEN", "").strip()
+        callback_key = environ.get("TRINITY_MCP_API_KEY", "").strip()
         return cls(
             agent_name=environ.get("AGENT_NAME") or socket.gethostname(),
             runtime=runtime,
@@ -84,6 +90,8 @@ class Settings:
             log_format=_log_format(environ, isatty=isatty),
             auth_token=SecretStr(token) if token else None,
             insecure_no_auth=_flag(environ, "AGENT_SERVER_INSECURE_NO_AUTH"),
+            callback_url=_backend_url(environ),
+            callback_key=SecretStr(callback_key) if callback_key else None,
             baseline_env=dict(environ),
         )
 
@@ -91,6 +99,28 @@ class Settings:
     def from_env(cls) -> Settings:
         """Parse settings from this process's environment (and whether stderr is a tty)."""
         return cls.from_environ(os.environ, isatty=sys.stderr.isatty())
+
+
+def _backend_url(environ: Mapping[str, str]) -> str | None:
+    """An http(s) URL with a host and nothing a URL of ours could not extend."""
+    raw = environ.get("TRINITY_BACKEND_URL", "").strip()
+    if not raw:
+        return None
+    parts = urlsplit(raw)
+    if (
+        parts.scheme not in ("http", "https")
+        or not parts.hostname
+        or parts.username is not None
+        or parts.query
+        or parts.fragment
+        or any(c.isspace() or ord(c) < 32 for c in raw)
+    ):
+        msg = (
+            f"TRINITY_BACKEND_URL={raw!r} is not an http:// or https:// URL with a host "
+            "(and no credentials, query or fragment)"
+        )
+        raise ConfigError(msg)
+    return raw.rstrip("/")
 
 
 def _integer(

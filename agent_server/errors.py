@@ -36,8 +36,8 @@ class ApiError(AgentServerError):
 
     status: ClassVar[int] = 500
     error_code: ClassVar[str] = "internal_error"
-    retryable: ClassVar[bool | None] = None
-    """Shown in the detail when set: contract §7 names `busy` as retryable."""
+    retryable: ClassVar[bool] = False
+    """Contract §7 names `busy` as retryable."""
 
     def __init__(self, message: str, *, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
@@ -45,6 +45,16 @@ class ApiError(AgentServerError):
         self.headers = headers or {}
         self.detail: dict[str, object] = {}
         """More of the answer's `detail` (a turn's refusal carries the whole §7 body)."""
+
+    def body(self) -> dict[str, object]:
+        """The answer's `detail`: no refusal of the server's own is the credential's fault."""
+        return {
+            "message": self.message,
+            "error_code": self.error_code,
+            "retryable": self.retryable,
+            "switch_credential": False,
+            **self.detail,
+        }
 
 
 class TokenRequired(ApiError):
@@ -88,6 +98,17 @@ class NotFound(ApiError):
 
     status = 404
     error_code = "not_found"
+
+
+class NoRetainedResult(ApiError):
+    """No retained result for this execution id (unknown, expired, or never finished)."""
+
+    status = 404
+    error_code = "no_retained_result"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.detail["code"] = self.error_code  # the key Trinity's watchdog reads
 
 
 class PayloadTooLarge(ApiError):

@@ -51,6 +51,18 @@ class Metrics:
             registry=self.registry,
         )
 
+        self.callbacks = Counter(
+            "agent_server_result_callbacks",
+            "Async turns' result callbacks by result (delivered, rejected, kept).",
+            ["result"],
+            registry=self.registry,
+        )
+        self.retention_failures = Counter(
+            "agent_server_result_retention_failures",
+            "Terminal answers that could not be retained on disk.",
+            registry=self.registry,
+        )
+
     def render(self) -> bytes:
         """The Prometheus text exposition of every metric."""
         return generate_latest(self.registry)

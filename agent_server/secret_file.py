@@ -4,16 +4,19 @@ Like consul-template's AtomicWrite, but never create-then-chmod: the temp file i
 born 0600 with O_EXCL|O_NOFOLLOW in the same directory, synced, renamed over the
 target, and the directory synced. A crash at any instant leaves either the old
 complete file or the new one. Unsafe places are refused, never followed. The token
-override file, the generated controller token and the chat session id use it.
+override file, the generated controller token and the chat session id use it, and
+the retained and pending results, which `read_json_file` reads back.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import stat
 from pathlib import Path
+from typing import Any
 
 _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -68,3 +71,21 @@ def _fsync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def read_json_file(path: Path, max_bytes: int) -> dict[str, Any] | None:
+    """The JSON object in `path`, or None: missing, a symlink, not a regular file (a FIFO
+    never blocks), over `max_bytes`, or not a JSON object."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        st = os.fstat(handle.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_size > max_bytes:
+            return None
+        try:
+            value = json.loads(handle.read())
+        except ValueError:
+            return None
+    return value if isinstance(value, dict) else None

@@ -16,9 +16,12 @@ from agent_server.config import Settings
 from agent_server.credentials.override_file import OverrideFile
 from agent_server.credentials.state import CredentialState
 from agent_server.credentials.store import CredentialStore, overrides_secrets
+from agent_server.execution.callback import CallbackSender
 from agent_server.execution.chat_session import ChatSession
 from agent_server.execution.process_group import Reaper
 from agent_server.execution.registry import Registry
+from agent_server.execution.results import Results
+from agent_server.execution.retained import RetainedResults
 from agent_server.execution.turn import TurnRunner
 from agent_server.metrics import Metrics
 from agent_server.names import CONTROLLER_TOKEN, is_credential_name
@@ -42,6 +45,7 @@ class Services:
     registry: Registry
     chat: ChatSession
     reaper: Reaper
+    results: Results
     turns: TurnRunner
     controller_token: SecretStr | None
 
@@ -57,7 +61,7 @@ class Services:
         redactor = redactor if redactor is not None else Redactor()
         baseline = settings.baseline_env
         redactor.add(baseline[n] for n in baseline if is_credential_name(n))
-        redactor.add([settings.auth_token, baseline.get(CONTROLLER_TOKEN)])
+        redactor.add([settings.auth_token, baseline.get(CONTROLLER_TOKEN), settings.callback_key])
         metrics = Metrics()
 
         def remember(state: CredentialState) -> None:
@@ -83,6 +87,20 @@ class Services:
         spawn_envs = SpawnEnvBuilder(DotenvFile(settings.env_file), redactor)
         registry = Registry(settings.max_parallel)
         reaper = Reaper()
+        callbacks = (
+            CallbackSender(
+                backend_url=settings.callback_url,
+                agent_name=settings.agent_name,
+                key=settings.callback_key,
+                directory=settings.state_dir / "pending-results",
+                metrics=metrics,
+            )
+            if settings.callback_url and settings.callback_key
+            else None
+        )
+        results = Results(
+            RetainedResults(settings.state_dir / "results"), redactor, metrics, callbacks
+        )
         turns = TurnRunner(
             adapter=adapter,
             store=store,
@@ -95,6 +113,7 @@ class Services:
             permission_mode=settings.permission_mode,
             max_log_bytes=settings.max_log_bytes,
             reaper=reaper,
+            results=results,
         )
         return cls(
             settings=settings,
@@ -106,6 +125,7 @@ class Services:
             registry=registry,
             chat=ChatSession(settings.state_dir / "chat-session-id"),
             reaper=reaper,
+            results=results,
             turns=turns,
             controller_token=controller_token,
         )

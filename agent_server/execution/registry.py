@@ -16,12 +16,15 @@ from datetime import UTC, datetime
 from typing import Literal
 
 from agent_server.errors import Busy, ExecutionInProgress, NotFound
+from agent_server.execution.progress import Progress
 from agent_server.execution.timings import SHUTDOWN_MARGIN_S
 from agent_server.names import AuthRoute
 
 logger = logging.getLogger("agent_server.registry")
 
 RECENT_LIMIT = 200
+RECENT_PROGRESS_LIMIT = 16
+"""Finished turns whose events a late subscriber can still replay."""
 BUSY_RETRY_AFTER_S = 5
 
 
@@ -42,6 +45,7 @@ class Execution:
     shut_down: bool = False
     """Set when the shutdown drain killed the turn after its grace."""
     done: asyncio.Event = field(default_factory=asyncio.Event)
+    progress: Progress = field(default_factory=Progress)
 
 
 class Registry:
@@ -51,6 +55,7 @@ class Registry:
         self.max_parallel = max_parallel
         self._running: dict[str, Execution] = {}
         self._recent: collections.OrderedDict[str, None] = collections.OrderedDict()
+        self._recent_progress: collections.OrderedDict[str, Progress] = collections.OrderedDict()
         self.accepting = True
 
     def start(
@@ -81,6 +86,10 @@ class Registry:
         self._recent[execution.execution_id] = None
         while len(self._recent) > RECENT_LIMIT:
             self._recent.popitem(last=False)
+        self._recent_progress.pop(execution.execution_id, None)
+        self._recent_progress[execution.execution_id] = execution.progress
+        while len(self._recent_progress) > RECENT_PROGRESS_LIMIT:
+            self._recent_progress.popitem(last=False)
         execution.done.set()
 
     def running(self) -> list[Execution]:
@@ -90,6 +99,13 @@ class Registry:
     def recently_completed(self) -> list[str]:
         """Ids of the most recently finished turns, newest last."""
         return list(self._recent)
+
+    def progress(self, execution_id: str) -> Progress | None:
+        """The events of a running turn, or of one of the last finished ones."""
+        execution = self._running.get(execution_id)
+        if execution is not None:
+            return execution.progress
+        return self._recent_progress.get(execution_id)
 
     def __len__(self) -> int:
         return len(self._running)

@@ -29,6 +29,11 @@ SHUTDOWN_MARGIN_S = KILL_BOUND_S + ANSWER_S
 """After the grace: every killed turn has answered within this."""
 
 
+CALLBACK_LEASE_GRACE_S = 300.0
+"""An async turn's result is retried until its timeout plus this after it was accepted:
+the lease Trinity's backend holds its slot for."""
+
+
 def server_shutdown_timeout(grace_s: float) -> float:
     """uvicorn's graceful-shutdown deadline: the grace, then the margin to kill and answer."""
     return grace_s + SHUTDOWN_MARGIN_S

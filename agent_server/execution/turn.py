@@ -18,15 +18,18 @@ import uuid
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from agent_server.credentials.state import CredentialState, fingerprint
 from agent_server.credentials.store import CredentialStore
 from agent_server.errors import ApiError, RequestInvalid
 from agent_server.execution.answer import FinishedTurn, TurnAnswer, build_answer
+from agent_server.execution.ask import AcceptedTurn, TurnAsk
 from agent_server.execution.chat_session import ChatSession
 from agent_server.execution.outcome import Outcome, cancelled, classify_outcome, shutdown_killed
 from agent_server.execution.process_group import Reaper
 from agent_server.execution.registry import Execution, Registry
+from agent_server.execution.results import Results
 from agent_server.execution.runner import ProcessFacts, run_process
 from agent_server.execution.transcript import Transcript
 from agent_server.logs import execution_id_var
@@ -42,41 +45,8 @@ from agent_server.runtimes.base import RuntimeAdapter, TurnSpec
 from agent_server.runtimes.stream import TurnStream
 from agent_server.spawn_env.builder import SpawnEnvBuilder
 from agent_server.spawn_env.per_spawn import SpawnCredential, spawn_credential
-from agent_server.turn_models import AuthOverride, ImageInput
 
 logger = logging.getLogger("agent_server.turn")
-
-
-@dataclass(frozen=True)
-class TurnAsk:
-    """One turn as the routes ask for it (task and chat alike)."""
-
-    message: str
-    execution_id: str | None = None
-    model: str | None = None
-    system_prompt: str | None = None
-    allowed_tools: tuple[str, ...] | None = None
-    max_turns: int | None = None
-    timeout_s: float = 900
-    resume_session_id: str | None = None
-    persist_session: bool = True
-    auth_override: AuthOverride | None = None
-    images: tuple[ImageInput, ...] | None = None
-    reset_unknown_session: bool = False
-    """Chat only: when the CLI no longer knows the session, start a new one once."""
-
-    def options_asked(self) -> list[str]:
-        """The optional turn fields this ask sets (a default is not asking)."""
-        asked = {
-            "model": self.model is not None,
-            "system_prompt": self.system_prompt is not None,
-            "allowed_tools": self.allowed_tools is not None,
-            "max_turns": self.max_turns is not None,
-            "resume_session_id": self.resume_session_id is not None,
-            "persist_session": not self.persist_session,
-            "images": self.images is not None,
-        }
-        return [name for name, given in asked.items() if given]
 
 
 @dataclass
@@ -101,6 +71,7 @@ class TurnRunner:
     permission_mode: str
     max_log_bytes: int
     reaper: Reaper
+    results: Results
 
     async def run(
         self,
@@ -109,10 +80,16 @@ class TurnRunner:
         *,
         chat: ChatSession | None = None,
     ) -> TurnAnswer:
-        """Run one turn; a set `client_gone` stops it like the terminate route would.
+        """Accept and run one turn; a set `client_gone` stops it like terminate would."""
+        return await self.finish(self.accept(ask, chat=chat), client_gone)
 
-        With `chat`, the turn is one of the agent's chat: registered (`queued`) at once,
-        run when the chat turn before it is done, resuming the chat's session.
+    def accept(self, ask: TurnAsk, *, chat: ChatSession | None = None) -> AcceptedTurn:
+        """Register a turn: listed, counted against the cap, terminable; nothing runs yet.
+
+        Raises the turn's refusals (422 unsupported_by_runtime, 409 busy or
+        execution_in_progress, with the whole §7 body). With `chat`, the turn is one of
+        the agent's chat: `queued` until the chat turn before it is done. The caller
+        must `finish` an accepted turn.
         """
         self.refuse_unhonoured(ask)
         execution_id = ask.execution_id or uuid.uuid4().hex
@@ -126,26 +103,36 @@ class TurnRunner:
             override = None
         credential = spawn_credential(execution_id, override)
         self.redactor.add(credential.secrets())
-        state = self.store.current  # the one snapshot this spawn uses
+        generation = self.store.current.generation
         try:
             execution = self.registry.start(
-                execution_id, credential.auth_route, state.generation, queued=chat is not None
+                execution_id, credential.auth_route, generation, queued=chat is not None
             )
         except ApiError as refused:  # busy or execution_in_progress: still this turn's answer
             raise _as_turn_refusal(refused, ask.execution_id, credential) from None
-        context = execution_id_var.set(execution_id)
         self.metrics.active_turns.inc()
+        return AcceptedTurn(ask, execution, credential, chat)
+
+    async def finish(
+        self, turn: AcceptedTurn, client_gone: asyncio.Event | None = None
+    ) -> TurnAnswer:
+        """Run an accepted turn to its answer; settle it (retained, progress closed)."""
+        execution, credential = turn.execution, turn.credential
+        context = execution_id_var.set(execution.execution_id)
         linked = _link(client_gone, execution.cancel)
         try:
             try:
-                if chat is None:
-                    answer = await self._run(ask, execution, credential, state)
+                if turn.chat is None:
+                    answer = await self._run(turn.ask, execution, credential, self.store.current)
                 else:
-                    answer = await self._chat_turn(ask, execution, credential, chat)
+                    answer = await self._chat_turn(turn.ask, execution, credential, turn.chat)
             except ApiError as refused:  # spawn_too_large: refused before exec
-                raise _as_turn_refusal(refused, ask.execution_id, credential) from None
+                refusal = _as_turn_refusal(refused, turn.ask.execution_id, credential)
+                self._settle(turn, refusal.status, {"detail": refusal.body()}, refusal.error_code)
+                raise refusal from None
             if credential.auth_route != "baseline":
                 answer.headers[AUTH_OVERRIDE_HEADER] = credential.auth_route
+            self._settle(turn, answer.status, answer.body, answer.outcome.error_code)
             self.metrics.turns.labels(
                 outcome=answer.outcome.error_code or answer.outcome.kind.value,
                 auth_route=credential.auth_route,
@@ -165,6 +152,27 @@ class TurnRunner:
             self.metrics.active_turns.dec()
             self.registry.finish(execution)
             execution_id_var.reset(context)
+
+    def _settle(
+        self, turn: AcceptedTurn, status: int, body: dict[str, Any], error_code: str | None
+    ) -> None:
+        """The turn's envelope, retained; its live events end with the terminal."""
+        execution = turn.execution
+        turn.envelope = self.results.settle(
+            execution.execution_id,
+            status,
+            body,
+            auth_route=turn.credential.auth_route,
+            elapsed_ms=int((time.monotonic() - execution.started) * 1000),
+        )
+        execution.progress.close(
+            {
+                "execution_id": execution.execution_id,
+                "status": turn.envelope["status"],
+                "http_status": status,
+                "error_code": error_code,
+            }
+        )
 
     async def _chat_turn(
         self, ask: TurnAsk, execution: Execution, credential: SpawnCredential, chat: ChatSession
@@ -297,10 +305,13 @@ class TurnRunner:
         parser = self.adapter.new_parser()
         transcript = Transcript(self.max_log_bytes)
 
+        progress = execution.progress
+
         def on_line(line: bytes) -> None:
             # Redacted as it arrives: nothing downstream (parse, clip, shape) sees a secret.
             clean = self.redactor.redact_bytes(line)
             transcript.append(clean, is_result=parser.feed(clean))
+            progress.add_line(clean)
 
         def on_spawn(pid: int) -> None:
             logger.debug("spawned %s as process group %d", self.adapter.name, pid)
@@ -365,8 +376,6 @@ def _as_turn_refusal(
 ) -> ApiError:
     """A refusal of this turn answers with the whole §7 body and the override header."""
     refused.detail.update(
-        retryable=bool(refused.retryable),
-        switch_credential=False,
         execution_id=execution_id,
         auth_route=credential.auth_route,
         api_error_status=None,

@@ -1,21 +1,29 @@
-"""The turn routes (contract §5, §6): task, chat, the running list and terminate."""
+"""The turn routes (contract §5, §6): task (also async), chat, the running list,
+terminate, and a finished turn's retained result."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
+import time
 
 from starlette.requests import Request
 from starlette.responses import Response
 
+from agent_server.errors import ApiError, NoRetainedResult
 from agent_server.execution.answer import TurnAnswer
+from agent_server.execution.ask import AcceptedTurn, TurnAsk
 from agent_server.execution.chat_session import ChatSession
 from agent_server.execution.registry import Registry
-from agent_server.execution.turn import TurnAsk, TurnRunner
+from agent_server.execution.results import Results
+from agent_server.execution.timings import CALLBACK_LEASE_GRACE_S
+from agent_server.execution.turn import TurnRunner
+from agent_server.names import AUTH_OVERRIDE_HEADER
 from agent_server.routes.requests import parse_json
 from agent_server.routes.respond import answer
 from agent_server.turn_models import (
+    AsyncAccepted,
     ChatRequest,
     ParallelTaskRequest,
     RunningExecution,
@@ -27,11 +35,12 @@ logger = logging.getLogger("agent_server.executions")
 
 
 async def task(request: Request) -> Response:
-    """Run one stateless turn (a fresh session unless `resume_session_id`)."""
+    """Run one stateless turn (a fresh session unless `resume_session_id`).
+
+    With `async_result`, an execution id and a callback configured, answer 202 at once
+    and deliver the result by callback (contract §6.8); otherwise answer in-line.
+    """
     body = await parse_json(request, ParallelTaskRequest)
-    if body.async_result:
-        # Accepted for the controller's sake; this server answers every turn in-line.
-        logger.info("async_result asked: the turn is answered synchronously")
     ask = TurnAsk(
         message=body.message,
         execution_id=body.execution_id,
@@ -45,6 +54,14 @@ async def task(request: Request) -> Response:
         auth_override=body.auth_override,
         images=tuple(body.images) if body.images else None,
     )
+    if body.async_result:
+        results: Results = request.app.state.results
+        if results.callbacks is not None and ask.execution_id is not None:
+            return _detach(request, ask)
+        logger.info(
+            "async_result asked, answered synchronously: %s",
+            "no execution_id" if results.callbacks is not None else "no callback configured",
+        )
     return _respond(request, await _run_watched(request, ask))
 
 
@@ -95,11 +112,62 @@ async def terminate(request: Request) -> Response:
     return answer(request, TerminateResponse(status=status).model_dump())
 
 
+async def result(request: Request) -> Response:
+    """A finished turn's retained envelope, or 404 `no_retained_result`."""
+    results: Results = request.app.state.results
+    execution_id = request.path_params["execution_id"]
+    record = await asyncio.to_thread(results.get, execution_id)
+    if record is None:
+        msg = f"no retained result for execution {execution_id}"
+        raise NoRetainedResult(msg)
+    return answer(request, record)
+
+
+def _detach(request: Request, ask: TurnAsk) -> Response:
+    """Accept the turn (refusals answer now), run it detached, answer 202."""
+    turns: TurnRunner = request.app.state.turns
+    results: Results = request.app.state.results
+    accepted = turns.accept(ask)
+    deadline = time.time() + ask.timeout_s + CALLBACK_LEASE_GRACE_S
+    results.background(_run_detached(turns, results, accepted, deadline))
+    route = accepted.credential.auth_route
+    headers = {AUTH_OVERRIDE_HEADER: route} if route != "baseline" else None
+    body = AsyncAccepted(execution_id=accepted.execution_id, status="accepted")
+    return answer(request, body.model_dump(), status_code=202, headers=headers)
+
+
+async def _run_detached(
+    turns: TurnRunner, results: Results, accepted: AcceptedTurn, deadline: float
+) -> None:
+    """Run an async turn to its envelope, then send it to the controller."""
+    try:
+        await turns.finish(accepted)
+    except ApiError:
+        pass  # a refusal after the 202 (spawn_too_large): its envelope is settled
+    except Exception:  # a bug: still tell the controller the turn is over
+        logger.exception("async turn failed", extra={"execution_id": accepted.execution_id})
+        accepted.envelope = results.settle(
+            accepted.execution_id,
+            500,
+            {"detail": ApiError("internal error").body()},
+            auth_route=accepted.credential.auth_route,
+            elapsed_ms=0,
+        )
+    if accepted.envelope is not None:
+        await results.send(accepted.envelope, deadline)
+
+
 async def _run_watched(
     request: Request, ask: TurnAsk, chat: ChatSession | None = None
 ) -> TurnAnswer:
-    """Run the turn while watching the connection: a client that leaves cancels it."""
+    """Run the turn while watching the connection.
+
+    A client that leaves cancels a turn it named no id for: nobody could ever ask for
+    its result. A named turn runs on; its result is retained under its id (§6.6).
+    """
     turns: TurnRunner = request.app.state.turns
+    if ask.execution_id is not None:
+        return await turns.run(ask, chat=chat)
     gone = asyncio.Event()
     watcher = asyncio.create_task(_watch_disconnect(request, gone))
     try:

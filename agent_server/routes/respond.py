@@ -1,17 +1,18 @@
 """The one gate every answer passes: body and headers through the redactor, then JSON.
 
 Every route and error handler answers through `answer` (and /metrics through
-`answer_text`), so no body leaves without `Redactor.clean`: every string masked,
-lone surrogates replaced, non-finite numbers null, depth bounded. The JSON is then
-always valid, whatever a CLI printed.
+`answer_text`, a turn's live events through `answer_events`), so no body leaves
+without the redactor: every string masked, lone surrogates replaced, non-finite
+numbers null, depth bounded. The JSON is then always valid, whatever a CLI printed.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
+from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -41,6 +42,25 @@ def answer_text(request: Request, text: str, media_type: str) -> Response:
     """A text answer (Prometheus exposition), redacted."""
     redactor: Redactor = request.app.state.redactor
     return Response(redactor.redact(text).encode("utf-8"), media_type=media_type)
+
+
+SSE_PING_S = 15
+"""A comment line this often keeps proxies from closing an idle stream."""
+SSE_SEND_TIMEOUT_S = 30
+"""A subscriber that reads nothing for this long is dropped."""
+
+
+def answer_events(
+    request: Request, events: AsyncIterator[tuple[str | None, str, str | None]]
+) -> Response:
+    """A server-sent event stream of `(name, data, id)`, each data redacted as it goes."""
+    redactor: Redactor = request.app.state.redactor
+
+    async def clean() -> AsyncIterator[ServerSentEvent]:
+        async for name, data, event_id in events:
+            yield ServerSentEvent(redactor.redact(data), event=name, id=event_id)
+
+    return EventSourceResponse(clean(), ping=SSE_PING_S, send_timeout=SSE_SEND_TIMEOUT_S)
 
 
 def _headers(redactor: Redactor, headers: Mapping[str, str] | None) -> dict[str, str]:

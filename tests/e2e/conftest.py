@@ -217,6 +217,22 @@ class ProcessProbe:
             time.sleep(0.02)
 
 
+def new_execution_id(server: ServerProcess, before: set[str], timeout: float = 20) -> str:
+    """The id of a turn that appeared in the running list since `before` (for a turn
+    sent without one: the server generated it)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        listed = {
+            e["execution_id"] for e in server.get("/api/executions/running").json()["executions"]
+        }
+        if listed - before:
+            (new,) = listed - before
+            return new
+        time.sleep(0.02)
+    msg = "no new turn appeared in the running list"
+    raise AssertionError(msg)
+
+
 @pytest.fixture
 def processes() -> ProcessProbe:
     """Find a turn's processes by execution id and check none survives it."""

@@ -30,7 +30,7 @@ import httpx
 import pytest
 
 from tests.conftest import SecretRegistry
-from tests.e2e.conftest import ProcessProbe, TurnServers
+from tests.e2e.conftest import ProcessProbe, TurnServers, new_execution_id
 from tests.support.server import (
     AGENT_SERVER,
     CONTROLLER_TOKEN,
@@ -96,7 +96,9 @@ def test_a_dotenv_swapped_with_a_fifo_never_stalls_the_server(
         assert len(statuses.result(timeout=60)) == 10
         stop.set()
         swapper.result(timeout=10)
-    assert max(latencies) < 1.0, f"/health took up to {max(latencies):.2f} s"
+    # A stalled loop would hold /health until the FIFO got a writer: never, in this test.
+    # The bound only has to tell that from a loaded 2-core machine's slow answer.
+    assert max(latencies) < 3.0, f"/health took up to {max(latencies):.2f} s"
     assert server.get("/health").status_code == 200
 
 
@@ -352,9 +354,9 @@ def test_an_escaped_process_dies_with_its_turn(
     body: dict[str, Any] = {"message": f"@escape {how} 60\n{tail}", "execution_id": execution_id}
     if ending == "timeout":
         body["timeout_seconds"] = 2
-    if ending == "disconnect":
-        with _raw_turn(server, body):
-            sleepers = _escapee(server, execution_id, processes)
+    if ending == "disconnect":  # a turn with no id: its client leaving stops it
+        with _raw_turn(server, {"message": body["message"]}):
+            sleepers = _escapee(server, new_execution_id(server, set()), processes)
     else:
         with ThreadPoolExecutor(1) as pool:
             answer = pool.submit(lambda: turn(server, **body))

@@ -31,6 +31,7 @@ from tests.e2e.conftest import (
 )
 from tests.support.contract import ERROR_DETAIL_KEYS, stray_controller_words
 from tests.support.messages_api import (
+    QUIET_CLI,
     UNKNOWN_MODEL,
     MessagesApiStandIn,
     fingerprint,
@@ -41,13 +42,6 @@ from tests.support.server import ServerProcess, server_environ
 pytestmark = pytest.mark.realcli
 
 RESET_IN_S = 3600
-QUIET_CLI = {
-    "CLAUDE_CODE_MAX_RETRIES": "0",
-    "DISABLE_AUTOUPDATER": "1",
-    "DISABLE_TELEMETRY": "1",
-    "DISABLE_ERROR_REPORTING": "1",
-    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-}
 SWITCHING_CODES = frozenset({"rate_limit", "billing", "auth"})
 
 

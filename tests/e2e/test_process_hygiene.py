@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from tests.conftest import SecretRegistry
-from tests.e2e.conftest import ProcessProbe, TurnServers
+from tests.e2e.conftest import ProcessProbe, TurnServers, new_execution_id
 from tests.support.server import CONTROLLER_TOKEN, ServerProcess
 
 GRANDCHILD = "@spawn-grandchild 60"
@@ -118,9 +118,10 @@ def test_timeout_kills_the_whole_group(server: ServerProcess, processes: Process
 def test_a_client_that_disconnects_cancels_its_turn(
     server: ServerProcess, processes: ProcessProbe
 ) -> None:
-    """Closing the connection mid-turn kills the group and frees the execution id."""
-    gone_id = unique("gone")
-    body = json.dumps({"message": f"{GRANDCHILD}\n@sleep 60", "execution_id": gone_id}).encode()
+    """Closing the connection mid-turn of a turn sent without an id (nobody could ask for
+    its result) kills the group and finishes the turn."""
+    before = {e["execution_id"] for e in server.get("/api/executions/running").json()["executions"]}
+    body = json.dumps({"message": f"{GRANDCHILD}\n@sleep 60"}).encode()
     request = (
         b"POST /api/task HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
         + f"X-Trinity-Agent-Token: {CONTROLLER_TOKEN}\r\n".encode()
@@ -129,6 +130,7 @@ def test_a_client_that_disconnects_cancels_its_turn(
     )
     with socket.create_connection(("127.0.0.1", server.port), timeout=10) as conn:
         conn.sendall(request)
+        gone_id = new_execution_id(server, before)
         marks = processes.wait_for(gone_id, comm="sleep")
     assert processes.survivors(marks, within=10) == {}
     assert finished_log(server, gone_id)["message"].startswith("turn finished: outcome=cancelled")

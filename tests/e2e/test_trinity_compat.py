@@ -23,6 +23,7 @@ from tests.support import trinity
 from tests.support.contract import ERROR_DETAIL_KEYS
 from tests.support.images import ONE_IMAGE, data_fingerprint, image, png
 from tests.support.messages_api import (
+    QUIET_CLI,
     UNKNOWN_MODEL,
     USAGE,
     MessagesApiStandIn,
@@ -33,14 +34,6 @@ from tests.support.server import ServerProcess
 
 pytestmark = [pytest.mark.realcli, pytest.mark.timeout(180)]
 
-QUIET_CLI = {
-    "CLAUDE_CODE_MAX_RETRIES": "0",
-    "DISABLE_AUTOUPDATER": "1",
-    "DISABLE_TELEMETRY": "1",
-    "DISABLE_ERROR_REPORTING": "1",
-    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-}
-
 
 @pytest.fixture(scope="module")
 def api() -> Iterator[MessagesApiStandIn]:
@@ -49,30 +42,15 @@ def api() -> Iterator[MessagesApiStandIn]:
         yield stand_in
 
 
-class Tokens:
-    """Fresh OAuth tokens whose text picks the stand-in's answer; all leak-checked."""
-
-    def __init__(self, registry: SecretRegistry) -> None:
-        self.registry = registry
-
-    def new(self, scenario: str = "good") -> str:
-        return self.registry.add(f"trinity-{scenario}", f"tsec{scenario}{secrets.token_hex(10)}")
-
-
-@pytest.fixture(scope="module")
-def tokens(secret_registry: SecretRegistry) -> Tokens:
-    return Tokens(secret_registry)
-
-
 @pytest.fixture(scope="module")
 def servers(
-    module_turn_servers: TurnServers, api: MessagesApiStandIn, tokens: Tokens
+    module_turn_servers: TurnServers, api: MessagesApiStandIn, secret_registry: SecretRegistry
 ) -> dict[str, ServerProcess]:
     """`main` (the default cap) and `single` (one turn slot), both over the real CLI."""
     env = {
         "AGENT_SERVER_RUNTIME_COMMAND": str(require_real_cli()),
         "ANTHROPIC_BASE_URL": api.base_url,
-        "CLAUDE_CODE_OAUTH_TOKEN": tokens.new(),
+        "CLAUDE_CODE_OAUTH_TOKEN": secret_registry.new("good"),
         **QUIET_CLI,
     }
     return {
@@ -147,10 +125,13 @@ def test_a_chat_answer_says_how_full_its_session_is(servers: dict[str, ServerPro
 
 @pytest.mark.parametrize("path", ["/api/task", "/api/chat"])
 def test_images_reach_the_model_as_image_blocks(
-    servers: dict[str, ServerProcess], api: MessagesApiStandIn, tokens: Tokens, path: str
+    servers: dict[str, ServerProcess],
+    api: MessagesApiStandIn,
+    secret_registry: SecretRegistry,
+    path: str,
 ) -> None:
     """The real CLI sends each image, its type and its exact bytes, to the Messages API."""
-    token = tokens.new()
+    token = secret_registry.new("good")
     green = image(png(0, 255, 0), "image/png")
     body = _body("what colours are these?", images=[ONE_IMAGE, green])
     body["auth_override"] = {"oauth_token": token}
@@ -179,14 +160,14 @@ def _wait_listed(server: ServerProcess, execution_id: str, state: str) -> dict[s
 
 
 def test_a_queued_chat_is_seen_by_the_watchdog_and_stops_without_running(
-    servers: dict[str, ServerProcess], api: MessagesApiStandIn, tokens: Tokens
+    servers: dict[str, ServerProcess], api: MessagesApiStandIn, secret_registry: SecretRegistry
 ) -> None:
     """A chat behind a slow one: listed `queued` (so the watchdog keeps its row), and
     terminated it answers cancelled having never reached the model."""
     server = servers["main"]
     slow, waiting = _body(), _body()
-    slow["auth_override"] = {"oauth_token": tokens.new("slow")}
-    waiting_token = tokens.new()
+    slow["auth_override"] = {"oauth_token": secret_registry.new("slow")}
+    waiting_token = secret_registry.new("good")
     waiting["auth_override"] = {"oauth_token": waiting_token}
     api.hold()
     with server.client(timeout=90) as client, ThreadPoolExecutor(2) as pool:
@@ -213,18 +194,18 @@ def test_a_queued_chat_is_seen_by_the_watchdog_and_stops_without_running(
 
 
 def test_refusals_carry_the_whole_error_body(
-    servers: dict[str, ServerProcess], api: MessagesApiStandIn, tokens: Tokens
+    servers: dict[str, ServerProcess], api: MessagesApiStandIn, secret_registry: SecretRegistry
 ) -> None:
     """409 busy and 409 execution_in_progress: every error key, no switch, the id sent."""
     server = servers["single"]
     slow = _body()
-    slow["auth_override"] = {"oauth_token": tokens.new("slow")}
+    slow["auth_override"] = {"oauth_token": secret_registry.new("slow")}
     api.hold()
     with server.client(timeout=90) as client, ThreadPoolExecutor(1) as pool:
         running: Future[httpx.Response] = pool.submit(client.post, "/api/task", json=slow)
         _wait_listed(server, slow["execution_id"], "running")
         again = client.post("/api/task", json={**slow, "message": "again"})
-        other = _body(auth_override={"api_key": tokens.new()})
+        other = _body(auth_override={"api_key": secret_registry.new("good")})
         busy = client.post("/api/chat", json=other)
         api.release()
         assert running.result(timeout=60).status_code == 200

@@ -21,7 +21,13 @@ from starlette.responses import Response
 
 from tests.conftest import SecretRegistry
 from tests.e2e.conftest import TurnServers
-from tests.support.messages_api import MessagesApiStandIn, Scenario, fingerprint, require_real_cli
+from tests.support.messages_api import (
+    QUIET_CLI,
+    MessagesApiStandIn,
+    Scenario,
+    fingerprint,
+    require_real_cli,
+)
 from tests.support.server import ServerProcess
 
 pytestmark = pytest.mark.realcli
@@ -66,11 +72,7 @@ def real_env(cli: Path, api: MessagesApiStandIn, **extra: str) -> dict[str, str]
     return {
         "AGENT_SERVER_RUNTIME_COMMAND": str(cli),
         "ANTHROPIC_BASE_URL": api.base_url,
-        "CLAUDE_CODE_MAX_RETRIES": "0",
-        "DISABLE_AUTOUPDATER": "1",
-        "DISABLE_TELEMETRY": "1",
-        "DISABLE_ERROR_REPORTING": "1",
-        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        **QUIET_CLI,
         "IS_SANDBOX": "1",
         **extra,
     }

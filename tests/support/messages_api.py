@@ -26,23 +26,30 @@ import enum
 import hashlib
 import json
 import os
-import socket
 import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import pytest
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from tests.support.thread_server import ThreadServer
+
 UNKNOWN_MODEL = "claude-nonexistent-9"
+QUIET_CLI = {
+    "CLAUDE_CODE_MAX_RETRIES": "0",
+    "DISABLE_TELEMETRY": "1",
+    "DISABLE_AUTOUPDATER": "1",
+    "DISABLE_ERROR_REPORTING": "1",
+    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+}
+"""The real CLI with no retries and no traffic but the turn's."""
 REQUEST_ID = "req_mock"  # what the reference fixtures show
 INSTALLED_CLI = (
     Path(__file__).resolve().parents[2]
@@ -203,7 +210,7 @@ def _sse(text: str, model: str) -> Iterator[bytes]:
         yield f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode()
 
 
-class MessagesApiStandIn:
+class MessagesApiStandIn(ThreadServer):
     """The stand-in server: starlette app served by uvicorn in a background thread.
 
     ``reset_in_s`` sets how far in the future rate-limit resets lie.
@@ -217,16 +224,14 @@ class MessagesApiStandIn:
         self._requests: list[RecordedRequest] = []
         self._scenarios: dict[str, Scenario] = {}
         self._released = threading.Event()
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
-        self._port = 0
-        self.app = Starlette(
+        app = Starlette(
             routes=[
                 Route("/v1/messages", self._messages, methods=["POST"]),
                 Route("/v1/messages/count_tokens", self._count_tokens, methods=["POST"]),
                 Route("/{path:path}", self._unknown, methods=["GET", "POST", "HEAD", "PUT"]),
             ]
         )
+        super().__init__(app, "messages-api")
 
     # -- programming the outcomes ------------------------------------------------
 
@@ -392,55 +397,10 @@ class MessagesApiStandIn:
 
     # -- lifecycle ---------------------------------------------------------------
 
-    @property
-    def port(self) -> int:
-        """The ephemeral port the stand-in listens on (0 before ``start``)."""
-        return self._port
-
-    @property
-    def base_url(self) -> str:
-        """The value for ``ANTHROPIC_BASE_URL``."""
-        return f"http://127.0.0.1:{self._port}"
-
-    def start(self) -> MessagesApiStandIn:
-        """Bind 127.0.0.1 on an ephemeral port and serve in a daemon thread."""
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
-        self._port = sock.getsockname()[1]
-        config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="off")
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(
-            target=self._server.run, kwargs={"sockets": [sock]}, daemon=True, name="messages-api"
-        )
-        self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self._server.started:
-            if time.monotonic() > deadline or not self._thread.is_alive():
-                msg = "the Messages API stand-in did not start"
-                raise RuntimeError(msg)
-            time.sleep(0.01)
-        return self
-
     def stop(self) -> None:
         """Release slow requests, stop the server and join its thread."""
         self.release()
-        if self._server is not None and self._thread is not None:
-            self._server.should_exit = True
-            self._thread.join(timeout=10)
-        self._server = None
-        self._thread = None
-
-    def __enter__(self) -> MessagesApiStandIn:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
+        super().stop()
 
     # -- running the real CLI against it -----------------------------------------
 
@@ -486,11 +446,7 @@ def cli_env(base_url: str, home: Path, **extra: str) -> dict[str, str]:
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": str(home),
         "ANTHROPIC_BASE_URL": base_url,
-        "CLAUDE_CODE_MAX_RETRIES": "0",
-        "DISABLE_TELEMETRY": "1",
-        "DISABLE_AUTOUPDATER": "1",
-        "DISABLE_ERROR_REPORTING": "1",
-        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        **QUIET_CLI,
     }
     if os.geteuid() == 0:
         env["IS_SANDBOX"] = "1"  # else the CLI refuses bypassPermissions as root

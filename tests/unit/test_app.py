@@ -27,6 +27,17 @@ from agent_server.services import Services
 from agent_server.turn_models import TurnErrorDetail
 from tests.support.in_process import BASE_URL, HEADERS, app_client, fake_cli_services, wait_until
 
+
+def refusal(message: str, error_code: str) -> dict[str, object]:
+    """The error body of a refusal of the server's own: never retryable, never a switch."""
+    return {
+        "message": message,
+        "error_code": error_code,
+        "retryable": False,
+        "switch_credential": False,
+    }
+
+
 pytestmark = pytest.mark.timeout(60)
 
 BASELINE_OAUTH = "unit-baseline-oauth-0123456789"
@@ -64,9 +75,7 @@ def test_each_route_refuses_another_method_with_405(environ: dict[str, str], end
 
     response = asyncio.run(scenario())
     assert response.status_code == 405
-    assert response.json() == {
-        "detail": {"message": "Method Not Allowed", "error_code": "method_not_allowed"}
-    }
+    assert response.json() == {"detail": refusal("Method Not Allowed", "method_not_allowed")}
     assert endpoint.method in response.headers["allow"]
 
 
@@ -80,7 +89,7 @@ def test_an_unknown_path_is_404_not_found_in_the_error_shape(environ: dict[str, 
 
     response = asyncio.run(scenario())
     assert response.status_code == 404
-    assert response.json() == {"detail": {"message": "Not Found", "error_code": "not_found"}}
+    assert response.json() == {"detail": refusal("Not Found", "not_found")}
 
 
 def _with_route(app: Starlette, path: str, raises: BaseException) -> None:
@@ -113,10 +122,10 @@ def test_any_other_http_refusal_is_http_error_with_its_status_and_headers(
 ) -> None:
     """An HTTPException outside 404/405 keeps its status and headers, error_code http_error."""
     services = fake_cli_services(environ)
-    refusal = HTTPException(418, "short and stout", headers={"X-Pot": "tea"})
-    response = _call(services, "/teapot", refusal)
+    teapot = HTTPException(418, "short and stout", headers={"X-Pot": "tea"})
+    response = _call(services, "/teapot", teapot)
     assert response.status_code == 418
-    assert response.json() == {"detail": {"message": "short and stout", "error_code": "http_error"}}
+    assert response.json() == {"detail": refusal("short and stout", "http_error")}
     assert response.headers["x-pot"] == "tea"
 
 
@@ -129,9 +138,7 @@ def test_an_unexpected_exception_is_500_internal_error_and_shows_nothing(
     with caplog.at_level(logging.ERROR, logger="agent_server.app"):
         response = _call(services, "/crash", crash)
     assert response.status_code == 500
-    assert response.json() == {
-        "detail": {"message": "internal error", "error_code": "internal_error"}
-    }
+    assert response.json() == {"detail": refusal("internal error", "internal_error")}
     for hidden in (BASELINE_OAUTH, "ZeroDivisionSentinel", "Traceback", "RuntimeError"):
         assert hidden not in response.text
     (record,) = [r for r in caplog.records if r.name == "agent_server.app"]

@@ -115,7 +115,8 @@ def test_a_bare_task_starts_a_fresh_session_with_nothing_optional(services: Serv
 def test_a_task_keeps_its_execution_id_and_ignores_what_it_does_not_know(
     services: Services, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """execution_id in the metadata and the registry; extra fields ignored; async_result logged."""
+    """execution_id in the metadata and the registry; extra fields ignored; an async_result
+    with no callback configured is answered in-line, and the log says why."""
     body = {
         "message": "x",
         "execution_id": "unit-exec-1",
@@ -127,7 +128,7 @@ def test_a_task_keeps_its_execution_id_and_ignores_what_it_does_not_know(
     assert response.status_code == 200
     assert response.json()["metadata"]["execution_id"] == "unit-exec-1"
     assert services.registry.recently_completed() == ["unit-exec-1"]
-    assert "async_result asked: the turn is answered synchronously" in caplog.messages
+    assert "async_result asked, answered synchronously: no callback configured" in caplog.messages
 
 
 def test_a_task_timeout_is_the_turns_deadline(services: Services) -> None:
@@ -319,41 +320,16 @@ def test_terminate_never_quotes_a_secret_id(services: Services) -> None:
     assert BASELINE_OAUTH not in response.text
 
 
-def test_a_running_execution_id_is_refused_with_its_override_named(services: Services) -> None:
-    """The same id while it runs: 409 execution_in_progress, still stamped with its override."""
-
-    async def scenario() -> httpx.Response:
-        async with app_client(services) as client:
-            first = asyncio.create_task(
-                client.post("/api/task", json={"message": "@sleep 30", "execution_id": "dup"})
-            )
-            await wait_until(lambda: len(services.registry) == 1)
-            body = {
-                "message": "x",
-                "execution_id": "dup",
-                "auth_override": {"api_key": OVERRIDE_KEY},
-            }
-            refused = await client.post("/api/task", json=body)
-            services.registry.terminate("dup")
-            await asyncio.wait_for(first, 10)
-            return refused
-
-    refused = asyncio.run(scenario())
-    assert refused.status_code == 409
-    assert refused.json()["detail"]["error_code"] == "execution_in_progress"
-    assert refused.headers["x-trinity-auth-override"] == "api_key"
-
-
 # --- a client that goes away --------------------------------------------------------------
 
 
-def test_a_client_that_disconnects_stops_its_turn(
-    services: Services, caplog: pytest.LogCaptureFixture
-) -> None:
-    """http.disconnect mid-turn kills the CLI's process group at once; the id is finished."""
+def _leave_mid_turn(
+    services: Services, caplog: pytest.LogCaptureFixture, body: dict[str, Any]
+) -> tuple[float, list[int], list[dict[str, Any]]]:
+    """POST `body` straight to the ASGI app, disconnect once the CLI runs, and wait for
+    the route to end: (seconds it took after the disconnect, spawned pids, sent messages)."""
     app = create_app(services.settings, services)
-    body = json.dumps({"message": "@sleep 30", "execution_id": "leaver"}).encode()
-    pending = [{"type": "http.request", "body": body, "more_body": False}]
+    pending = [{"type": "http.request", "body": json.dumps(body).encode(), "more_body": False}]
     gone = asyncio.Event()
     sent: list[dict[str, Any]] = []
     scope = {
@@ -393,18 +369,41 @@ def test_a_client_that_disconnects_stops_its_turn(
     async def scenario() -> float:
         call = asyncio.create_task(app(scope, receive, send))
         await wait_until(lambda: bool(spawned()))
-        await asyncio.sleep(0.2)  # the CLI is asleep in its 30 s
+        await asyncio.sleep(0.2)  # the CLI is asleep
         started = time.monotonic()
         gone.set()
         await asyncio.wait_for(call, 15)
+        await services.results.close(5)  # the retention in flight
         return time.monotonic() - started
 
     with caplog.at_level(logging.DEBUG, logger="agent_server.turn"):
-        stopped_in = asyncio.run(scenario())
+        took = asyncio.run(scenario())
+    return took, spawned(), sent
+
+
+def test_a_client_that_disconnects_stops_a_turn_it_named_no_id_for(
+    services: Services, caplog: pytest.LogCaptureFixture
+) -> None:
+    """http.disconnect mid-turn kills the CLI's process group at once: nobody could ever
+    ask for that turn's result."""
+    stopped_in, (pid,), sent = _leave_mid_turn(services, caplog, {"message": "@sleep 30"})
     assert stopped_in < 5
-    (pid,) = spawned()
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
-    assert services.registry.recently_completed() == ["leaver"]
+    (finished,) = services.registry.recently_completed()
+    assert services.results.get(finished)["status"] == "cancelled"
     assert len(services.registry) == 0
     assert sent[0]["type"] == "http.response.start"
+
+
+def test_a_named_turn_runs_on_when_its_client_leaves_and_is_retained(
+    services: Services, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With an execution id the turn finishes; its answer is kept for GET …/result."""
+    body = {"message": "@sleep 1", "execution_id": "stays"}
+    ran_on_for, _, _ = _leave_mid_turn(services, caplog, body)
+    assert ran_on_for >= 0.5
+    record = services.results.get("stays")
+    assert record is not None
+    assert (record["status"], record["http_status"]) == ("success", 200)
+    assert json.loads(record["response"])["prompt"] == "@sleep 1"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from agent_server.config import Settings
-from agent_server.execution.turn import TurnAsk
+from agent_server.execution.ask import TurnAsk
 from agent_server.redaction import DEPARTED_LIMIT, MASK
 from agent_server.services import Services
 from agent_server.spawn_env.builder import OnceWarner

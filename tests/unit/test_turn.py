@@ -12,7 +12,7 @@ from pydantic import SecretStr
 
 from agent_server.config import Settings
 from agent_server.errors import RequestInvalid
-from agent_server.execution.turn import TurnAsk
+from agent_server.execution.ask import TurnAsk
 from agent_server.names import AUTH_OVERRIDE_HEADER
 from agent_server.services import Services
 from agent_server.turn_models import AuthOverride

@@ -1,0 +1,60 @@
+"""One turn as the routes ask for it, and the turn once accepted (contract §6)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from agent_server.execution.chat_session import ChatSession
+from agent_server.execution.registry import Execution
+from agent_server.spawn_env.per_spawn import SpawnCredential
+from agent_server.turn_models import AuthOverride, ImageInput
+
+
+@dataclass(frozen=True)
+class TurnAsk:
+    """One turn as the routes ask for it (task and chat alike)."""
+
+    message: str
+    execution_id: str | None = None
+    model: str | None = None
+    system_prompt: str | None = None
+    allowed_tools: tuple[str, ...] | None = None
+    max_turns: int | None = None
+    timeout_s: float = 900
+    resume_session_id: str | None = None
+    persist_session: bool = True
+    auth_override: AuthOverride | None = None
+    images: tuple[ImageInput, ...] | None = None
+    reset_unknown_session: bool = False
+    """Chat only: when the CLI no longer knows the session, start a new one once."""
+
+    def options_asked(self) -> list[str]:
+        """The optional turn fields this ask sets (a default is not asking)."""
+        asked = {
+            "model": self.model is not None,
+            "system_prompt": self.system_prompt is not None,
+            "allowed_tools": self.allowed_tools is not None,
+            "max_turns": self.max_turns is not None,
+            "resume_session_id": self.resume_session_id is not None,
+            "persist_session": not self.persist_session,
+            "images": self.images is not None,
+        }
+        return [name for name, given in asked.items() if given]
+
+
+@dataclass
+class AcceptedTurn:
+    """A turn registered (listed, counted, terminable) and not yet run."""
+
+    ask: TurnAsk
+    execution: Execution
+    credential: SpawnCredential
+    chat: ChatSession | None
+    envelope: dict[str, Any] | None = None
+    """Its terminal envelope, once it has one (contract §6.6)."""
+
+    @property
+    def execution_id(self) -> str:
+        """The id it runs under (the one asked for, or a generated one)."""
+        return self.execution.execution_id

@@ -1,0 +1,154 @@
+"""A running turn watched live (contract §6.7): an SSE client joins mid-turn and gets
+every event in order, then the terminal, with no secret; Trinity's `/stream` shape too."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import SecretRegistry
+from tests.e2e.conftest import TurnServers
+from tests.support.server import ServerProcess
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@dataclass(frozen=True)
+class Event:
+    name: str | None
+    id: str | None
+    data: str
+
+
+def read_events(response: httpx.Response) -> Iterator[Event]:
+    """Server-sent events from a streaming response (comments and pings skipped)."""
+    name: str | None = None
+    event_id: str | None = None
+    data: list[str] = []
+    for line in response.iter_lines():
+        if not line:
+            if data:
+                yield Event(name, event_id, "\n".join(data))
+            name, event_id, data = None, None, []
+        elif line.startswith(":"):
+            continue
+        else:
+            field, _, value = line.partition(":")
+            value = value.removeprefix(" ")
+            if field == "event":
+                name = value
+            elif field == "id":
+                event_id = value
+            elif field == "data":
+                data.append(value)
+
+
+@pytest.fixture
+def server(turn_servers: TurnServers, secret_registry: SecretRegistry) -> ServerProcess:
+    return turn_servers.start(CLAUDE_CODE_OAUTH_TOKEN=secret_registry.new("live_baseline"))
+
+
+def _wait_listed(server: ServerProcess, execution_id: str) -> None:
+    deadline = time.monotonic() + 20
+    while execution_id not in {
+        e["execution_id"] for e in server.get("/api/executions/running").json()["executions"]
+    }:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+
+
+def _turn(server: ServerProcess, body: dict[str, Any]) -> httpx.Response:
+    with server.client(timeout=60) as client:
+        return client.post("/api/task", json=body)
+
+
+def test_a_late_subscriber_gets_every_event_in_order_and_no_secret(
+    server: ServerProcess, secret_registry: SecretRegistry
+) -> None:
+    """Joined during the turn's sleep: the history, then the live events, each the CLI's
+    line in the order of the turn's log, ids 1..n without a gap, then `terminal`."""
+    echo = "@echo-env CLAUDE_CODE_OAUTH_TOKEN"
+    body = {"message": f"{echo}\n@sleep 1.5\n{echo}", "execution_id": "watched"}
+    with ThreadPoolExecutor(1) as pool:
+        turn = pool.submit(_turn, server, body)
+        _wait_listed(server, "watched")
+        time.sleep(0.5)  # the first echo is history by now
+        assert not turn.done()
+        with (
+            server.client(timeout=60) as client,
+            client.stream("GET", "/api/executions/watched/events") as response,
+        ):
+            assert response.status_code == 200
+            assert response.headers["content-type"].startswith("text/event-stream")
+            raw: list[str] = []
+            events = []
+            for event in read_events(response):
+                events.append(event)
+                raw.append(event.data)
+        answer = turn.result(timeout=60)
+    assert answer.status_code == 200
+    assert [e.id for e in events] == [str(n) for n in range(1, len(events) + 1)]
+    *lines, terminal = events
+    assert terminal.name == "terminal"
+    assert json.loads(terminal.data) == {
+        "type": "terminal",
+        "execution_id": "watched",
+        "status": "success",
+        "http_status": 200,
+        "error_code": None,
+    }
+    log = answer.json()["execution_log"]
+    assert [json.loads(e.data) for e in lines] == log
+    assert [e.name for e in lines] == [entry["type"] for entry in log]
+    assert [e.name for e in lines][:2] == ["system", "assistant"]
+    assert "[REDACTED]" in lines[1].data
+    assert not secret_registry.leaks(raw)
+
+
+def test_the_stream_route_is_trinitys_shape(server: ServerProcess) -> None:
+    """`…/stream`: the same lines unnamed, the terminal, then `stream_end`."""
+    with ThreadPoolExecutor(1) as pool:
+        turn = pool.submit(_turn, server, {"message": "@sleep 1", "execution_id": "streamed"})
+        _wait_listed(server, "streamed")
+        with (
+            server.client(timeout=60) as client,
+            client.stream("GET", "/api/executions/streamed/stream") as response,
+        ):
+            events = list(read_events(response))
+        assert turn.result(timeout=60).status_code == 200
+    assert {e.name for e in events} == {None}
+    types = [json.loads(e.data)["type"] for e in events]
+    assert types[0] == "system"
+    assert types[-2:] == ["terminal", "stream_end"]
+
+
+def test_a_finished_turn_replays_and_an_unknown_one_is_404(server: ServerProcess) -> None:
+    """Just after the end the events are still there; an id never seen is 404."""
+    assert _turn(server, {"message": "quick", "execution_id": "done-1"}).status_code == 200
+    with server.client(timeout=30) as client:
+        with client.stream("GET", "/api/executions/done-1/events") as response:
+            names = [e.name for e in read_events(response)]
+        missing = client.get("/api/executions/nope/events")
+    assert names[0] == "system"
+    assert names[-1] == "terminal"
+    assert missing.status_code == 404
+    assert missing.json()["detail"]["error_code"] == "not_found"
+
+
+def test_last_event_id_resumes_where_the_client_was(server: ServerProcess) -> None:
+    """A reconnect with Last-Event-ID gets only what came after."""
+    assert _turn(server, {"message": "quick", "execution_id": "done-2"}).status_code == 200
+    with server.client(timeout=30) as client:
+        with client.stream("GET", "/api/executions/done-2/events") as response:
+            every = [e.id for e in read_events(response)]
+        headers = {"Last-Event-ID": "2"}
+        with client.stream("GET", "/api/executions/done-2/events", headers=headers) as response:
+            rest = [e.id for e in read_events(response)]
+    assert rest == every[2:]

@@ -1,0 +1,174 @@
+"""Async turns' result callbacks (contract §6.8), against a real loopback receiver:
+persisted first, delivered once, retried with Retry-After, dropped on a permanent
+refusal, kept past the deadline, and re-sent by the startup sweep."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import SecretStr
+
+from agent_server.execution.callback import CallbackSender
+from agent_server.execution.retained import RESULT_TTL_S
+from agent_server.metrics import Metrics
+from tests.support.callback_receiver import CallbackReceiver
+from tests.support.fake_cli import fingerprint
+
+pytestmark = pytest.mark.timeout(60)
+
+KEY = "unit-callback-key-0123456789"
+
+
+@pytest.fixture
+def receiver() -> Iterator[CallbackReceiver]:
+    with CallbackReceiver(KEY) as running:
+        yield running
+
+
+def _sender(tmp_path: Path, url: str, key: str = KEY, agent: str = "agent one") -> CallbackSender:
+    tmp_path.chmod(0o700)
+    return CallbackSender(
+        backend_url=url,
+        agent_name=agent,
+        key=SecretStr(key),
+        directory=tmp_path / "pending-results",
+        metrics=Metrics(),
+        pause=lambda low, high: 0.01,  # no jitter waits: Retry-After still floors them
+    )
+
+
+def _envelope(execution_id: str = "e-1") -> dict[str, Any]:
+    return {"execution_id": execution_id, "status": "success", "response": "done"}
+
+
+def _count(sender: CallbackSender, result: str) -> float:
+    return sender.metrics.callbacks.labels(result=result)._value.get()
+
+
+async def _send(sender: CallbackSender, envelope: dict[str, Any], deadline: float) -> None:
+    await sender.persist(envelope, deadline)
+    sender.deliver_later(envelope, deadline)
+    await sender.close(30)
+
+
+def test_a_result_is_persisted_then_delivered_once(
+    tmp_path: Path, receiver: CallbackReceiver
+) -> None:
+    """One POST to the agent's URL with the bearer; the pending file is gone after the 2xx."""
+    sender = _sender(tmp_path, receiver.base_url)
+    seen_pending: list[bool] = []
+
+    async def scenario() -> None:
+        await sender.persist(_envelope(), time.time() + 30)
+        seen_pending.append((sender.directory / "e-1.json").exists())
+        sender.deliver_later(_envelope(), time.time() + 30)
+        await sender.close(30)
+
+    asyncio.run(scenario())
+    assert seen_pending == [True]
+    (delivery,) = receiver.deliveries
+    assert (delivery.agent, delivery.execution_id, delivery.status) == ("agent one", "e-1", 200)
+    assert delivery.body == _envelope()
+    assert delivery.bearer_fp == fingerprint(KEY)
+    assert list(sender.directory.iterdir()) == []
+    assert _count(sender, "delivered") == 1
+
+
+def test_a_transient_refusal_is_retried_no_sooner_than_retry_after(
+    tmp_path: Path, receiver: CallbackReceiver
+) -> None:
+    """503 with Retry-After: 1, then 500: the third attempt lands, a second or more later."""
+    receiver.fail_next(503, headers={"Retry-After": "1"})
+    receiver.fail_next(500)
+    sender = _sender(tmp_path, receiver.base_url)
+    asyncio.run(_send(sender, _envelope(), time.time() + 30))
+    first, second, third = receiver.deliveries
+    assert [d.status for d in (first, second, third)] == [503, 500, 200]
+    assert second.received_at - first.received_at >= 1.0
+    assert list(sender.directory.iterdir()) == []
+
+
+@pytest.mark.parametrize("status", [400, 401, 403, 404, 409, 413, 422])
+def test_a_permanent_refusal_is_not_retried_and_drops_the_file(
+    tmp_path: Path, receiver: CallbackReceiver, status: int
+) -> None:
+    """One attempt; the file goes (it would never be taken), counted as rejected."""
+    receiver.fail_next(status)
+    sender = _sender(tmp_path, receiver.base_url)
+    asyncio.run(_send(sender, _envelope(), time.time() + 30))
+    assert [d.status for d in receiver.deliveries] == [status]
+    assert list(sender.directory.iterdir()) == []
+    assert _count(sender, "rejected") == 1
+
+
+def test_a_wrong_key_is_refused_403_and_never_retried(
+    tmp_path: Path, receiver: CallbackReceiver
+) -> None:
+    """The controller's 403 is permanent."""
+    sender = _sender(tmp_path, receiver.base_url, key="unit-wrong-key-0123456789")
+    asyncio.run(_send(sender, _envelope(), time.time() + 30))
+    assert [d.status for d in receiver.deliveries] == [403]
+
+
+def test_past_the_deadline_the_file_is_kept_for_the_next_start(
+    tmp_path: Path, receiver: CallbackReceiver
+) -> None:
+    """Always 503: attempts stop at the lease deadline; the pending file stays."""
+    receiver.fail_next(*[503] * 50, headers={"Retry-After": "1"})
+    sender = _sender(tmp_path, receiver.base_url)
+    asyncio.run(_send(sender, _envelope(), time.time() + 1.5))
+    assert 1 <= len(receiver.deliveries) <= 3
+    kept = json.loads((sender.directory / "e-1.json").read_text())
+    assert kept["envelope"] == _envelope()
+    assert _count(sender, "kept") == 1
+
+
+def test_no_listener_is_retried_like_a_5xx(tmp_path: Path) -> None:
+    """Connection refused: tried again until the deadline, then kept."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    sender = _sender(tmp_path, f"http://127.0.0.1:{port}")
+    asyncio.run(_send(sender, _envelope(), time.time() + 0.5))
+    assert (sender.directory / "e-1.json").exists()
+    assert _count(sender, "kept") == 1
+
+
+def test_the_startup_sweep_sends_what_a_previous_run_kept(
+    tmp_path: Path, receiver: CallbackReceiver
+) -> None:
+    """Kept files are delivered and deleted; unreadable or expired ones are dropped unsent."""
+    first = _sender(tmp_path, receiver.base_url)
+    asyncio.run(first.persist(_envelope("kept-1"), time.time() - 10))  # deadline passed
+    asyncio.run(first.persist(_envelope("kept-2"), time.time() + 60))
+    asyncio.run(first.persist(_envelope("expired"), time.time() + 60))
+    old = time.time() - RESULT_TTL_S - 5
+    os.utime(first.directory / "expired.json", (old, old))
+    (first.directory / "garbage.json").write_text("{")
+    (first.directory / "liar.json").write_text(json.dumps({"envelope": _envelope("other")}))
+    restarted = _sender(tmp_path, receiver.base_url)
+
+    async def scenario() -> None:
+        restarted.sweep_later()
+        await asyncio.sleep(0.2)
+        await restarted.close(30)
+
+    asyncio.run(scenario())
+    assert sorted(d.execution_id for d in receiver.deliveries) == ["kept-1", "kept-2"]
+    assert list(restarted.directory.iterdir()) == []
+
+
+def test_the_agent_name_is_one_path_segment(tmp_path: Path) -> None:
+    """A name with `/` or spaces cannot reach another route of the controller."""
+    sender = _sender(tmp_path, "https://backend.test/", agent="a/../b c")
+    assert (
+        sender.url("e-1") == "https://backend.test/api/agents/a%2F..%2Fb%20c/executions/e-1/result"
+    )
