@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import math
 import os
 import sys
+from collections.abc import Iterator
 from types import FrameType
 
 import uvicorn
@@ -46,10 +48,11 @@ def main(argv: list[str] | None = None) -> int:
 def serve(client_limits: ClientLimits | None = None) -> int:
     """Serve until SIGTERM/SIGINT; `client_limits` replaces the slow-client limits (tests)."""
     from agent_server.app import create_app
-    from agent_server.logs import configure_logging
+    from agent_server.logs import configure_logging, lean_records
     from agent_server.redaction import Redactor
     from agent_server.services import Services
 
+    lean_records()
     # Before anything: the agent runs as this user and must not read our memory or
     # environment, which hold the controller token (contract §10).
     forbid_dumps()
@@ -89,6 +92,10 @@ def uvicorn_config(app: ASGIApp, settings: Settings, limits: ClientLimits) -> uv
         http=guarded_protocol(limits),
         # No route is a WebSocket: an upgrade must never leave the guard's deadlines.
         ws="none",
+        # Never uvloop, which uvicorn's "auto" picks wherever it is installed: it keeps
+        # SIGCHLD for itself and refuses the reaper's handler, so the server would not
+        # start (and it has no pidfd watcher to gain from).
+        loop="asyncio",
         # uvicorn's own deadline only backs up the drain: SIGKILL escalation and answers.
         timeout_graceful_shutdown=math.ceil(server_shutdown_timeout(settings.shutdown_grace_s)),
     )
@@ -116,6 +123,21 @@ class _DrainingServer(uvicorn.Server):
         self._registry = registry
         self._grace_s = grace_s
         self._drain: asyncio.Future[None] | None = None
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        """uvicorn's, with the logs written before it re-raises the signal that stopped it.
+
+        uvicorn ends a signalled server by raising that signal again, which ends the
+        process at once: the records the event loop still holds (its last lines,
+        `Finished server process`) are written first.
+        """
+        with super().capture_signals():
+            try:
+                yield
+            finally:
+                for handler in logging.getLogger().handlers:
+                    handler.flush()
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         """Stop accepting (uvicorn) and start the running turns' grace (ours)."""

@@ -15,6 +15,11 @@ So each connection carries one timer, and is in one of three phases:
   not an idle timeout, so a body trickled a byte at a time ends too).
 - *app*: the request is whole and the app runs (a turn may last an hour): no limit.
 
+Each answer also leaves in one write: uvicorn writes a response's head and its body
+separately, two TCP segments on a `TCP_NODELAY` socket, which wake the client twice.
+The response's writes are held and written together when the response completes
+(or, for a response still streaming, at the end of the loop's step).
+
 When a deadline passes the connection is closed; a client that was sending its body
 makes the app see a disconnect. Over `ClientLimits.max_connections` open
 connections, a new one is closed at once. Either way the client gets no HTTP answer:
@@ -27,7 +32,7 @@ import asyncio
 import enum
 import logging
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar, cast
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
@@ -118,10 +123,15 @@ class GuardedH11Protocol(H11Protocol):
     def handle_events(self) -> None:
         """uvicorn's, then follow the request into its body or its app phase."""
         super().handle_events()
+        cycle = self.cycle
+        if cycle is not None and not isinstance(cycle.transport, _OneWrite):
+            cycle.transport = cast(asyncio.Transport, _OneWrite(cycle.transport, self.loop))
         self._follow()
 
     def on_response_complete(self) -> None:
-        """uvicorn's (it may start a pipelined request), then the next headers' deadline."""
+        """Write the answer; uvicorn's (it may start a pipelined request); the next deadline."""
+        if self.cycle is not None and isinstance(self.cycle.transport, _OneWrite):
+            self.cycle.transport.flush()
         super().on_response_complete()
         self._follow()
 
@@ -183,6 +193,44 @@ class GuardedH11Protocol(H11Protocol):
         # to a client that may have stopped reading. (An idle kept-alive connection is
         # closed gracefully by uvicorn's own keep-alive timeout, 5 s, before this fires.)
         self.transport.abort()
+
+
+class _OneWrite:
+    """A request's view of its connection's transport: writes are held, then written as one.
+
+    `flush` writes what is held (the protocol calls it when the response is
+    complete); a response that is still streaming is flushed at the end of the
+    loop's step. `close` flushes first. Everything else is the transport's.
+    """
+
+    def __init__(self, transport: Any, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._held: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        """Hold `data` until the response completes or the loop's step ends."""
+        if not data:
+            return
+        self._held.append(data)
+        if len(self._held) == 1:
+            self._loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        """Write whatever is held, in one write."""
+        if self._held:
+            data = b"".join(self._held)
+            self._held.clear()
+            if not self._transport.is_closing():
+                self._transport.write(data)
+
+    def close(self) -> None:
+        """Flush, then close the transport (which sends what it buffered, then closes)."""
+        self.flush()
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
 
 
 def _address(client: tuple[str, int] | None) -> str:

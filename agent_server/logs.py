@@ -8,11 +8,14 @@ on a terminal and JSON anywhere else.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import contextvars
 import json
 import logging
 import sys
 from datetime import UTC, datetime
+from typing import TextIO
 
 from agent_server.redaction import RedactingFilter, Redactor
 
@@ -88,6 +91,66 @@ class TextFormatter(logging.Formatter):
         return line
 
 
+class LoopDeferredHandler(logging.StreamHandler[TextIO]):
+    """A stream handler that, on a thread running an event loop, writes at its next step.
+
+    A record logged on the loop (a turn's `turn finished`, uvicorn's access line) is
+    queued with its message rendered and its turn stamped, and filtered, formatted
+    and written in a callback the loop runs next: after the answer the code logging
+    it is about to send. Elsewhere (boot, worker threads) a record is written at
+    once, after whatever is queued. `flush()` writes the queue too.
+    """
+
+    def __init__(self, stream: TextIO) -> None:
+        super().__init__(stream)
+        self._queue: list[logging.LogRecord] = []
+
+    def handle(self, record: logging.LogRecord) -> bool:
+        """Queue `record` on a loop's thread; otherwise handle the queue, then it."""
+        loop = asyncio._get_running_loop()
+        if loop is None:
+            self.write_queued()
+            return bool(super().handle(record))
+        # What formatting reads later is taken now (as QueueHandler.prepare does).
+        # A message that cannot be rendered is left for the write to report, as usual.
+        with contextlib.suppress(Exception):
+            record.msg, record.args = record.getMessage(), None
+        if getattr(record, "execution_id", None) is None:
+            record.execution_id = execution_id_var.get()
+        with self.lock:  # type: ignore[union-attr]
+            self._queue.append(record)
+            first = len(self._queue) == 1
+        if first:
+            # An empty context: a record stamped with no turn stays so.
+            loop.call_soon(self.write_queued, context=contextvars.Context())
+        return True
+
+    def write_queued(self) -> None:
+        """Filter, format and write every queued record, in order."""
+        with self.lock:  # type: ignore[union-attr]
+            queued, self._queue = self._queue, []
+        for record in queued:
+            super().handle(record)
+
+    def flush(self) -> None:
+        """Write the queue, then flush the stream."""
+        self.write_queued()
+        super().flush()
+
+
+def lean_records() -> None:
+    """Stop records collecting what no formatter here writes: the caller's file and
+    line (a stack walk per record), thread, process and multiprocessing names.
+
+    For the server process (`serve`): the logging HOWTO's own optimisation flags,
+    global to the process, so never set by `configure_logging` (tests call it).
+    """
+    logging._srcfile = None
+    logging.logThreads = False
+    logging.logProcesses = False
+    logging.logMultiprocessing = False
+
+
 def configure_logging(
     redactor: Redactor, level: int = logging.INFO, log_format: str = "json"
 ) -> logging.Handler:
@@ -96,7 +159,7 @@ def configure_logging(
     `log_format` is `json` or `text` (see `choose_log_format`). Calling it again
     replaces the handler an earlier call installed.
     """
-    handler = logging.StreamHandler(sys.stderr)
+    handler = LoopDeferredHandler(sys.stderr)
     handler.setFormatter(TextFormatter() if log_format == "text" else JsonFormatter())
     handler.addFilter(RedactingFilter(redactor))
     root = logging.getLogger()

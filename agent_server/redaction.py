@@ -117,8 +117,14 @@ class Redactor:
     def clean(self, value: Any) -> Any:
         """A JSON-safe copy of `value` for an answer: every string masked, surrogates
         replaced, non-finite numbers null, a number that spells a secret masked, and
-        nothing nested deeper than `MAX_CLEAN_DEPTH`."""
+        nothing nested deeper than `MAX_CLEAN_DEPTH`.
+
+        `value` itself when none of that changes anything (the usual answer), which
+        is found by one pass over its texts a batch at a time rather than one per text.
+        """
         matcher = self._current()
+        if _clean_already(value, matcher):
+            return value
         return self._clean(value, matcher, 0)
 
     def _clean(self, value: Any, matcher: _Matcher, depth: int) -> Any:
@@ -162,6 +168,66 @@ class Redactor:
             return self._matcher
 
 
+_BATCH_CHARS = 64 * 1024
+"""`_clean_already` checks texts joined in batches of about this many characters."""
+
+
+def _clean_already(value: Any, matcher: _Matcher) -> bool:
+    """True when `Redactor._clean` would return `value` unchanged.
+
+    That is: only JSON's types (dict with str keys, list, str, int, float, bool,
+    None), no non-finite number, no container at `MAX_CLEAN_DEPTH`, and no secret,
+    token shape or lone surrogate in any string, key or number's spelling. The texts
+    are checked joined: whatever occurs in one text occurs in the join too, so a join
+    with no match means no text has one; a match across a join's seam is only a
+    false alarm, and `_clean` then decides text by text as always.
+    """
+    texts: list[str] = []
+    size = 0
+    pending: list[tuple[Any, int]] = [(value, 0)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, str):
+            texts.append(item)
+            size += len(item)
+        elif item is None or isinstance(item, bool):
+            continue
+        elif isinstance(item, int | float):
+            if isinstance(item, float) and not math.isfinite(item):
+                return False
+            texts.append(str(item))
+        elif depth >= MAX_CLEAN_DEPTH:
+            return False
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                if not isinstance(key, str):
+                    return False
+                texts.append(key)
+                size += len(key)
+                pending.append((child, depth + 1))
+        elif isinstance(item, list):
+            pending.extend((child, depth + 1) for child in item)
+        else:
+            return False  # a tuple or another type: `_clean` converts it
+        if size >= _BATCH_CHARS:
+            if not _texts_clean(texts, matcher):
+                return False
+            texts, size = [], 0
+    return _texts_clean(texts, matcher)
+
+
+def _texts_clean(texts: list[str], matcher: _Matcher) -> bool:
+    """True when no secret form, token shape or lone surrogate is in any of `texts`."""
+    joined = "\n".join(texts)
+    if _maybe_token(joined):
+        return False
+    try:
+        joined.encode("utf-8")  # a lone surrogate fails here
+    except UnicodeEncodeError:
+        return False
+    return not matcher.finds(joined)
+
+
 class _Matcher:
     """One immutable Aho-Corasick automaton over the values and their JSON spellings."""
 
@@ -180,6 +246,10 @@ class _Matcher:
             if forms
             else None
         )
+
+    def finds(self, text: str) -> bool:
+        """True when any form occurs in `text` (which holds no lone surrogate)."""
+        return self._automaton is not None and bool(self._automaton.find_matches_as_indexes(text))
 
     def mask(self, text: str) -> str:
         """`text` with every form masked, longest first (the same object if none matched).

@@ -2,7 +2,8 @@
 
 `python -m bench [--quick]` runs every figure side by side in one run, prints a table
 (figure, measured, target, verdict, baseline) and writes bench/results-latest.json.
-One module per figure: turn_overhead (1), parallel_turns (2), reload_latency (3),
-memory_startup (4), spawn_env_build (5); server.py starts and kills real servers,
-standin_cli.py is the stand-in Claude Code CLI.
+One module per figure: timeline (0, where a turn's milliseconds go), turn_overhead
+(1), parallel_turns (2), reload_latency (3), memory_startup (4), spawn_env_build (5),
+redaction (6); server.py starts and kills real servers, probed_server.py runs one with
+the timeline's probes, standin_cli.py is the stand-in Claude Code CLI.
 """

@@ -1,4 +1,4 @@
-"""`python -m bench [--quick] [--only 1,3]`: measure, print the table, save the JSON."""
+"""`python -m bench [--quick] [--only 0,1,3]`: measure, print the table, save the JSON."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from bench import (
     redaction,
     reload_latency,
     spawn_env_build,
+    timeline,
     turn_overhead,
 )
 from bench.plan import FULL, QUICK, Plan
@@ -32,6 +33,7 @@ BUDGET_S = 300.0
 
 Step = Callable[[Workspace, Plan], list[Figure]]
 STEPS: dict[int, tuple[str, Step]] = {
+    0: ("timeline of one turn", lambda w, p: asyncio.run(timeline.measure(w, p))),
     1: ("turn vs direct spawn", lambda w, p: asyncio.run(turn_overhead.measure(w, p))),
     2: ("32 parallel turns", lambda w, p: asyncio.run(parallel_turns.measure(w, p))),
     3: ("reload-token under load", lambda w, p: asyncio.run(reload_latency.measure(w, p))),

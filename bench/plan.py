@@ -10,6 +10,8 @@ class Plan:
     """Repetition counts and time bounds of one run; every loop is bounded by both."""
 
     quick: bool
+    timeline_turns: int
+    """Figure 0: marked turns on each side, interleaved."""
     turn_pairs: int
     """Figure 1: server turns and direct spawns, interleaved, this many of each."""
     warmup_pairs: int
@@ -29,9 +31,10 @@ class Plan:
 
 FULL = Plan(
     quick=False,
-    turn_pairs=31,
+    timeline_turns=101,
+    turn_pairs=61,
     warmup_pairs=3,
-    parallel_rounds=5,
+    parallel_rounds=9,
     reloads=1000,
     stream_s=12.0,
     starts=5,
@@ -40,6 +43,7 @@ FULL = Plan(
 )
 QUICK = Plan(
     quick=True,
+    timeline_turns=11,
     turn_pairs=7,
     warmup_pairs=1,
     parallel_rounds=1,

@@ -29,6 +29,8 @@ class Figure:
     baseline: str = ""
     """The FastAPI server this design comes from, where known."""
     ratio: float | None = None
+    target_value: float | None = None
+    """The limit in `target`, as a number: the table prints measured / limit beside it."""
     note: str = ""
     """One short line for the table."""
     details: dict[str, Any] = field(default_factory=dict)
@@ -127,12 +129,13 @@ def render(host: dict[str, Any], figures: Sequence[Figure], elapsed_s: float) ->
             "ratios and latencies are unreliable, run again when it is quiet"
         )
     lines.append("")
-    header = ("figure", "measured", "target", "verdict", "FastAPI", "notes")
+    header = ("figure", "measured", "target", "of target", "verdict", "FastAPI", "notes")
     rows = [header] + [
         (
             f.name,
             f.shown(),
             f.target,
+            "" if f.target_value is None else f"{f.measured / f.target_value:.3f}",
             f.verdict if f.ratio is None else f"{f.verdict} ({f.ratio:.2f}x)",
             f.baseline,
             f.note,
@@ -144,6 +147,9 @@ def render(host: dict[str, Any], figures: Sequence[Figure], elapsed_s: float) ->
         lines.append("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
         if index == 0:
             lines.append("  ".join("-" * width for width in widths))
+    for figure in figures:
+        if "table" in figure.details:
+            lines += ["", figure.details["table"]]
     missed = [f.name for f in figures if f.verdict == "FAIL"]
     lines += ["", f"{len(missed)} target(s) missed; total {elapsed_s:.0f} s"]
     return "\n".join(line.rstrip() for line in lines)

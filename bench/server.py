@@ -19,7 +19,7 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -27,6 +27,14 @@ from bench.client import LoopbackClient
 
 REPO = Path(__file__).resolve().parent.parent
 AGENT_SERVER = REPO / ".venv" / "bin" / "agent-server"
+PROBED_SERVER = (
+    str(REPO / ".venv" / "bin" / "python"),
+    "-c",
+    "import runpy, sys; sys.path.insert(0, sys.argv[1]); "
+    "runpy.run_module('bench.probed_server', run_name='__main__')",
+    str(REPO),
+)
+"""`agent-server serve` with the timeline's probes (bench/probed_server.py)."""
 AUTH_TOKEN = "bench-controller-token-0123456789"
 HEALTHY_TIMEOUT_S = 15.0
 _POLL_S = 0.005
@@ -116,9 +124,16 @@ class Workspace:
 class BenchServer:
     """One `agent-server serve` process, started healthy and always stopped."""
 
-    def __init__(self, workspace: Workspace, extra_env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        workspace: Workspace,
+        extra_env: Mapping[str, str] | None = None,
+        command: Sequence[str] = (str(AGENT_SERVER), "serve"),
+    ) -> None:
         self.workspace = workspace
         self.extra_env = dict(extra_env or {})
+        self.command = list(command)
+        """What runs the server: the console script, or the probed harness (timeline)."""
         self.port = 0
         self.process: subprocess.Popen[bytes] | None = None
         self.started_s = float("nan")
@@ -187,7 +202,7 @@ class BenchServer:
         with open(self.log_path, "ab") as log:
             started = time.perf_counter()
             self.process = subprocess.Popen(
-                [str(AGENT_SERVER), "serve"],
+                self.command,
                 env=env,
                 cwd=self.workspace.root,
                 stdin=subprocess.DEVNULL,

@@ -77,10 +77,17 @@ def _stream(session_id: str, seconds: float, line_bytes: int, interval: float) -
 
 
 def main(argv: list[str]) -> int:
-    """Run one turn: init, the prompt's directives, a final assistant event and result."""
+    """Run one turn: init, the prompt's directives, a final assistant event and result.
+
+    The result event also carries `bench_clock_ns`: CLOCK_MONOTONIC (shared by every
+    process of the machine) when `main` started, before the first event was written,
+    and before the result event was written, for the timeline (bench/timeline.py).
+    """
+    main_ns = time.monotonic_ns()
     started = time.monotonic()
     session_id = argv[argv.index("--session-id") + 1] if "--session-id" in argv else "bench"
     prompt = sys.stdin.read()
+    first_ns = time.monotonic_ns()
     _emit(
         {
             "type": "system",
@@ -107,6 +114,7 @@ def main(argv: list[str]) -> int:
             _stream(session_id, float(args[0]), int(args[1]), float(args[2]))
     _emit(_assistant(session_id, "bench ok"))
     duration_ms = int((time.monotonic() - started) * 1000)
+    last_ns = time.monotonic_ns()
     _emit(
         {
             "type": "result",
@@ -124,6 +132,7 @@ def main(argv: list[str]) -> int:
             "permission_denials": [],
             "terminal_reason": "completed",
             "uuid": str(uuid.uuid4()),
+            "bench_clock_ns": [main_ns, first_ns, last_ns],
         }
     )
     return 0

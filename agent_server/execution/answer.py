@@ -156,7 +156,7 @@ def _chat_context(stream: TurnStream, context_window: int) -> ChatContext:
 def _events(transcript: Transcript) -> list[Any]:
     """The kept stdout lines as JSON values; a line that is no sound JSON stays text."""
     events: list[Any] = []
-    for line in transcript.lines():
-        event = load_event(line)
+    for line, parsed in transcript.entries():
+        event = parsed if parsed is not None else load_event(line)
         events.append(event if event is not None else line.decode("utf-8", errors="replace"))
     return events

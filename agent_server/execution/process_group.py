@@ -18,7 +18,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from agent_server.execution.timings import REAP_POLL_S, REAP_TIMEOUT_S
+from agent_server.execution.timings import ORPHAN_REAP_DELAY_S, REAP_POLL_S, REAP_TIMEOUT_S
 
 logger = logging.getLogger("agent_server.process_group")
 
@@ -117,6 +117,24 @@ class ProcessGroup:
             if self._tag is not None:
                 await self._reaper.sweep(self._tag, deadline)
 
+    def reap_now(self) -> bool:
+        """`reap` when there is nothing to wait for; True when it is all done.
+
+        True when the group is empty already and no escapee carries the tag (the
+        usual end of a turn); False, having killed nothing, when `reap` must run.
+        """
+        try:
+            os.killpg(self.pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            pass  # empty, or what is left is not ours to signal (as `_reap_group`)
+        else:
+            return False
+        if self._reaper is not None:
+            self._reaper.leaders.discard(self.pgid)
+            if self._tag is not None and not self._reaper.sweep_now(self._tag):
+                return False
+        return True
+
     async def _reap_group(self, deadline: float) -> None:
         """SIGKILL the group until it is empty, reaping the members that are our children."""
         loop = asyncio.get_running_loop()
@@ -211,10 +229,15 @@ class Reaper:
     def uninstall(self, loop: asyncio.AbstractEventLoop) -> None:
         """Stop listening for SIGCHLD (the server is done)."""
         loop.remove_signal_handler(signal.SIGCHLD)
+        if self._pending is not None:
+            self._pending.cancel()
+            self._pending = None
 
     def _on_sigchld(self, loop: asyncio.AbstractEventLoop) -> None:
+        # Not at once: a turn's CLI exiting sends one too, and its turn, which sweeps
+        # and reaps for itself, must not wait behind the scan. Signals meanwhile join.
         if self._pending is None:
-            self._pending = loop.call_soon(self._run_pending)
+            self._pending = loop.call_later(ORPHAN_REAP_DELAY_S, self._run_pending)
 
     def _run_pending(self) -> None:
         self._pending = None
@@ -246,20 +269,11 @@ class Reaper:
         Repeats until none is left (a killed process's own children come to us next)
         or the loop's clock passes `deadline`. Returns how many processes it killed.
         """
-        needle = b"\0" + tag.encode() + b"\0"
+        needle = _needle(tag)
         loop = asyncio.get_running_loop()
         killed: set[int] = set()
         while True:
-            idle = self._owns_children and not self.leaders and not self._spawning
-            alive = []
-            for pid in children_of_self() - self.leaders:
-                state = _state(pid)
-                if state == "Z" or state is None:
-                    if state == "Z" and not self._spawning:
-                        _reap(pid)
-                    continue
-                if idle or _carries(pid, needle):
-                    alive.append(pid)
+            alive = self._doomed(needle)
             if not alive:
                 return len(killed)
             for pid in alive:
@@ -270,6 +284,32 @@ class Reaper:
                 logger.warning("processes of a finished turn survive SIGKILL: %s", sorted(alive))
                 return len(killed)
             await asyncio.sleep(REAP_POLL_S)
+
+    def sweep_now(self, tag: str) -> bool:
+        """One pass of `sweep` that kills nothing: True when nothing is left to kill."""
+        return not self._doomed(_needle(tag))
+
+    def _doomed(self, needle: bytes) -> list[int]:
+        """Our living children that a sweep for `needle` kills; zombies are reaped on the way.
+
+        A scan of our children, and the environment only of those that are not
+        running CLIs: at the usual end of a turn, none.
+        """
+        idle = self._owns_children and not self.leaders and not self._spawning
+        alive = []
+        for pid in children_of_self() - self.leaders:
+            state = _state(pid)
+            if state == "Z" or state is None:
+                if state == "Z" and not self._spawning:
+                    _reap(pid)
+                continue
+            if idle or _carries(pid, needle):
+                alive.append(pid)
+        return alive
+
+
+def _needle(tag: str) -> bytes:
+    return b"\0" + tag.encode() + b"\0"
 
 
 def children_of_self() -> set[int]:

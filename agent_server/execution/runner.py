@@ -136,7 +136,9 @@ async def run_process(
         await _run_to_completion(turn.kill())
         raise
     if ending == "exited":
-        await _run_to_completion(turn.finish_after_exit())
+        # Usually nothing is left to wait for: then it is all done now, without a task.
+        if not turn.finished_now():
+            await _run_to_completion(turn.finish_after_exit())
     else:
         await _run_to_completion(turn.kill())
     if protocol.error is not None:
@@ -160,23 +162,31 @@ _POINTER = 8
 
 def check_exec_size(argv: Sequence[str], env: Mapping[str, str]) -> None:
     """Raise SpawnTooLarge, naming what is too large, before exec would fail with E2BIG."""
+    total = 0
     for name, value in env.items():
-        if len(name.encode()) + len(value.encode()) + 2 > _MAX_ARG_STRLEN:
+        size = _bytes(name) + _bytes(value) + 2
+        if size > _MAX_ARG_STRLEN:
             msg = f"the spawn environment's {name} is over {_MAX_ARG_STRLEN} bytes"
             raise SpawnTooLarge(msg)
+        total += size + _POINTER
     for index, arg in enumerate(argv):
-        if len(arg.encode()) + 1 > _MAX_ARG_STRLEN:
+        size = _bytes(arg) + 1
+        if size > _MAX_ARG_STRLEN:
             what = arg.partition("=")[0] if arg.startswith("--") else f"argument {index}"
             msg = f"the spawn's {what} is over {_MAX_ARG_STRLEN} bytes"
             raise SpawnTooLarge(msg)
-    total = sum(len(a.encode()) + 1 + _POINTER for a in argv)
-    total += sum(len(k.encode()) + len(v.encode()) + 2 + _POINTER for k, v in env.items())
+        total += size + _POINTER
     if total + 2 * _POINTER > _ARG_MAX:
         msg = (
             f"the spawn's arguments and environment take {total} bytes, over the kernel's "
             f"{_ARG_MAX}: check the size of .env"
         )
         raise SpawnTooLarge(msg)
+
+
+def _bytes(text: str) -> int:
+    """The length of `text` in UTF-8 (ASCII, the usual case, without encoding it)."""
+    return len(text) if text.isascii() else len(text.encode())
 
 
 def _write_stdin(transport: asyncio.SubprocessTransport, data: bytes) -> None:
@@ -213,6 +223,11 @@ async def _run_to_completion(cleanup: Coroutine[Any, Any, None]) -> None:
         raise asyncio.CancelledError
 
 
+def _resolve(ending: asyncio.Future[None]) -> None:
+    if not ending.done():
+        ending.set_result(None)
+
+
 class _TurnProtocol(asyncio.SubprocessProtocol):
     """Receives the child's pipes and exit; all state of one run's I/O."""
 
@@ -227,6 +242,8 @@ class _TurnProtocol(asyncio.SubprocessProtocol):
         self.closed = asyncio.Event()
         self.failed = asyncio.Event()
         self.error: Exception | None = None
+        self.ending: asyncio.Future[None] | None = None
+        """Resolved by the exit or a callback failure (`_Turn.wait_for_ending` waits on it)."""
 
     def pipe_data_received(self, fd: int, data: bytes) -> None:
         if fd == 1:
@@ -243,6 +260,7 @@ class _TurnProtocol(asyncio.SubprocessProtocol):
 
     def process_exited(self) -> None:
         self.exited.set()
+        self._end()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed.set()
@@ -260,6 +278,11 @@ class _TurnProtocol(asyncio.SubprocessProtocol):
         except Exception as exc:
             self.error = exc
             self.failed.set()
+            self._end()
+
+    def _end(self) -> None:
+        if self.ending is not None and not self.ending.done():
+            self.ending.set_result(None)
 
 
 class _Turn:
@@ -279,22 +302,26 @@ class _Turn:
         self._grace = kill_grace_s
 
     async def wait_for_ending(self, deadline: float, cancel: asyncio.Event) -> str:
-        """Wait for the first ending: `exited`, `failed`, `cancelled` or `timeout`."""
+        """Wait for the first ending: `exited`, `failed`, `cancelled` or `timeout`.
+
+        One future, resolved by whichever comes first: the protocol on the exit or a
+        callback failure, the cancel event, the deadline (the exit wakes this turn in
+        one step, with no waiter task in between).
+        """
         loop = asyncio.get_running_loop()
-        waiters = [
-            asyncio.ensure_future(self._protocol.exited.wait()),
-            asyncio.ensure_future(self._protocol.failed.wait()),
-            asyncio.ensure_future(cancel.wait()),
-        ]
-        try:
-            await asyncio.wait(
-                waiters,
-                timeout=max(0.0, deadline - loop.time()),
-                return_when=asyncio.FIRST_COMPLETED,
-            )
-        finally:
-            for waiter in waiters:
-                waiter.cancel()
+        protocol = self._protocol
+        if not (protocol.exited.is_set() or protocol.failed.is_set()):
+            ending: asyncio.Future[None] = loop.create_future()
+            protocol.ending = ending
+            canceller = asyncio.ensure_future(cancel.wait())
+            canceller.add_done_callback(lambda _: _resolve(ending))
+            timer = loop.call_at(deadline, _resolve, ending)
+            try:
+                await ending
+            finally:
+                timer.cancel()
+                canceller.cancel()
+                protocol.ending = None
         # A callback failure must surface even if the process also ended; an exit
         # that raced the cancel or the deadline is a normal end.
         if self._protocol.failed.is_set():
@@ -315,6 +342,22 @@ class _Turn:
         await self._protocol.exited.wait()  # the child watcher has reaped the leader
         await self._group.reap()
         await self._drain_and_close()
+
+    def finished_now(self) -> bool:
+        """After the leader exited on its own: finish at once when nothing is left to wait for.
+
+        The usual end: both pipes are at EOF, the group is empty and no escapee
+        carries the turn's tag. Then this does all `finish_after_exit` would (the
+        transport's own `connection_lost` follows in the loop's next step) and returns
+        True; otherwise it returns False, and `finish_after_exit` must run.
+        """
+        protocol = self._protocol
+        if not (protocol.stdout_closed.is_set() and protocol.stderr_closed.is_set()):
+            return False
+        if not self._group.reap_now():
+            return False
+        self._transport.close()
+        return True
 
     async def finish_after_exit(self) -> None:
         """After the leader exited on its own: kill and reap what is left, read the rest."""

@@ -16,6 +16,9 @@ REAP_TIMEOUT_S = 2.0
 """How long a killed group may take to disappear (its members reaped), and what left
 it to be swept, both together."""
 REAP_POLL_S = 0.01
+ORPHAN_REAP_DELAY_S = 0.05
+"""From a SIGCHLD to the scan that collects zombies of adopted orphans (signals in
+between share that scan): never in the way of the turn whose CLI just exited."""
 PIPE_DRAIN_S = 2.0
 """How long to read stdout/stderr to EOF once the group is dead; only a process that
 left the group (setsid) can hold them longer, and it must not hang the turn."""

@@ -8,6 +8,11 @@ needs it on every record, so it is always kept, after whatever fitted.
 
 from __future__ import annotations
 
+from typing import Any
+
+PARSED_BUDGET = 64 * 1024
+"""Bytes of lines whose parsed objects a transcript keeps (see `Transcript.append`)."""
+
 
 class Transcript:
     """Raw stdout lines of one turn, kept up to `max_bytes` in total.
@@ -27,17 +32,38 @@ class Transcript:
             raise ValueError(msg)
         self._max_bytes = max_bytes
         self._lines: list[bytes] = []
+        self._parsed: list[dict[str, Any] | None] = []
+        self._parsed_bytes = 0
         self._kept_bytes = 0
         # Once one line overflowed, the budget is closed: keeping a later, smaller
         # line would leave a hole in the log that nobody could see.
         self._full = False
         self._late_result: bytes | None = None
+        self._late_parsed: dict[str, Any] | None = None
         self._truncated = False
 
-    def append(self, line: bytes, *, is_result: bool = False) -> None:
-        """Keep `line` if it fits the budget, or always when it is the final result."""
+    def append(
+        self, line: bytes, *, is_result: bool = False, parsed: dict[str, Any] | None = None
+    ) -> None:
+        """Keep `line` if it fits the budget, or always when it is the final result.
+
+        `parsed` is the JSON object the line holds, when the parser read one: kept
+        beside it, so the answer need not parse the line again. It is kept only for
+        a line that is exactly its JSON (no whitespace around it), whose parse any
+        reader gets the same, and only for the first `PARSED_BUDGET` bytes of lines
+        (and the final result): a long turn's objects, alive until its answer, would
+        make every garbage collection of the server walk them.
+        """
+        if parsed is not None and not (line[:1] == b"{" and line[-1:] == b"}"):
+            parsed = None
+        if parsed is not None and not is_result:
+            if self._parsed_bytes + len(line) > PARSED_BUDGET:
+                parsed = None
+            else:
+                self._parsed_bytes += len(line)
         if not self._full and self._kept_bytes + len(line) <= self._max_bytes:
             self._lines.append(line)
+            self._parsed.append(parsed)
             self._kept_bytes += len(line)
             return
         self._full = True
@@ -48,12 +74,20 @@ class Transcript:
             # Only the last result is "the final result"; the earlier one is dropped.
             self._truncated = True
         self._late_result = line
+        self._late_parsed = parsed
 
     def lines(self) -> list[bytes]:
         """The kept lines in order (the over-budget result line, if any, last)."""
         if self._late_result is None:
             return list(self._lines)
         return [*self._lines, self._late_result]
+
+    def entries(self) -> list[tuple[bytes, dict[str, Any] | None]]:
+        """The kept lines as `lines()` orders them, each with its parsed object or None."""
+        kept = list(zip(self._lines, self._parsed, strict=True))
+        if self._late_result is not None:
+            kept.append((self._late_result, self._late_parsed))
+        return kept
 
     @property
     def truncated(self) -> bool:

@@ -310,7 +310,8 @@ class TurnRunner:
         def on_line(line: bytes) -> None:
             # Redacted as it arrives: nothing downstream (parse, clip, shape) sees a secret.
             clean = self.redactor.redact_bytes(line)
-            transcript.append(clean, is_result=parser.feed(clean))
+            is_result = parser.feed(clean)
+            transcript.append(clean, is_result=is_result, parsed=parser.last_event)
             progress.add_line(clean)
 
         def on_spawn(pid: int) -> None:
@@ -329,7 +330,10 @@ class TurnRunner:
             # Every process of this spawn inherits it, also the ones that leave its group.
             sweep_tag=f"{EXECUTION_ID}={execution.execution_id}",
         )
-        facts = replace(result.facts, stderr=self.redactor.redact(result.facts.stderr))
+        facts = result.facts
+        stderr = self.redactor.redact(facts.stderr)
+        if stderr is not facts.stderr:  # `redact` returns the same text when it masked nothing
+            facts = replace(facts, stderr=stderr)
         return _Attempt(parser.stream, facts, transcript)
 
     def _session_unknown(self, attempt: _Attempt) -> bool:

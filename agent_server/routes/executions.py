@@ -4,7 +4,6 @@ terminate, and a finished turn's retained result."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 
@@ -173,9 +172,8 @@ async def _run_watched(
     try:
         return await turns.run(ask, gone, chat=chat)
     finally:
+        # Not awaited: it ends at the loop's next step, and the answer need not wait for it.
         watcher.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await watcher
 
 
 async def _watch_disconnect(request: Request, gone: asyncio.Event) -> None:

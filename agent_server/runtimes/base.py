@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from agent_server.names import OutcomeKind
 from agent_server.runtimes.stream import TurnStream
@@ -67,6 +67,8 @@ class StreamParser(Protocol):
     """Parses one turn's stdout incrementally, line by line, into `stream`."""
 
     stream: TurnStream
+    last_event: dict[str, Any] | None
+    """The JSON object the last line fed held, or None (the transcript keeps it)."""
 
     def feed(self, line: bytes) -> bool:
         """Parse one stdout line (no newline); return True when it is the final result."""

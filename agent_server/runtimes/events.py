@@ -67,22 +67,37 @@ def decode_event(line: bytes) -> dict[str, Any] | None:
     return event if isinstance(event, dict) else None
 
 
-def _well_formed(value: Any) -> bool:
-    """No deeper than MAX_EVENT_DEPTH, and every string encodable (no lone surrogate)."""
-    pending: list[tuple[Any, int]] = [(value, 0)]
-    while pending:
-        item, depth = pending.pop()
-        if isinstance(item, str):
-            if not item.isascii():
-                try:
-                    item.encode("utf-8")
-                except UnicodeEncodeError:
-                    return False
-        elif isinstance(item, dict | list):
-            if depth >= MAX_EVENT_DEPTH:
+def _well_formed(value: Any, depth: int = 0) -> bool:
+    """No deeper than MAX_EVENT_DEPTH, and every string encodable (no lone surrogate).
+
+    Recursive, and so bounded by MAX_EVENT_DEPTH: every stdout line passes here.
+    """
+    if isinstance(value, str):
+        return value.isascii() or _encodable(value)
+    if isinstance(value, dict):
+        if depth >= MAX_EVENT_DEPTH:
+            return False
+        depth += 1
+        for key, item in value.items():
+            if not (_well_formed(key, depth) and _well_formed(item, depth)):
                 return False
-            children = [*item.keys(), *item.values()] if isinstance(item, dict) else item
-            pending.extend((child, depth + 1) for child in children)
+        return True
+    if isinstance(value, list):
+        if depth >= MAX_EVENT_DEPTH:
+            return False
+        depth += 1
+        for item in value:  # noqa: SIM110 - all() over a generator is slower, on every line
+            if not _well_formed(item, depth):
+                return False
+        return True
+    return True
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
     return True
 
 

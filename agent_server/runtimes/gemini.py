@@ -55,10 +55,11 @@ class GeminiStreamParser:
 
     def __init__(self) -> None:
         self.stream = TurnStream()
+        self.last_event: dict[str, Any] | None = None
 
     def feed(self, line: bytes) -> bool:
         """Parse one stdout line; True for the final `result` event."""
-        event = decode_event(line)
+        event = self.last_event = decode_event(line)
         if event is None:
             return False
         stream = self.stream

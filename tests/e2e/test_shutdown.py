@@ -113,3 +113,17 @@ def test_a_turn_longer_than_the_grace_is_killed_and_the_server_exits(
     if answer is not None:  # only the terminate route makes a turn "cancelled"
         assert answer.status_code == 504, answer.text
         assert answer.json()["detail"]["error_code"] == "killed"
+
+
+def test_the_last_log_lines_are_written_before_the_server_exits(
+    turn_servers: TurnServers, secret_registry: SecretRegistry
+) -> None:
+    """Records wait for the event loop's next step; a SIGTERM's exit still writes them."""
+    server = turn_servers.start(CLAUDE_CODE_OAUTH_TOKEN=secret_registry.new("drain_logs"))
+    with server.client() as client:
+        assert client.get("/health").status_code == 200
+    sigterm(server)
+    exited_within(server, 30)
+    messages = [record["message"] for record in server.log_messages()]
+    assert "Application shutdown complete." in messages
+    assert messages[-1].startswith("Finished server process"), messages[-3:]

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from datetime import UTC, datetime, timedelta
+
+import pytest
 
 from agent_server.execution.answer import FinishedTurn, build_answer
 from agent_server.execution.outcome import ROWS, Outcome
 from agent_server.execution.transcript import Transcript
 from agent_server.names import OutcomeKind
 from agent_server.redaction import MASK, Redactor
+from agent_server.runtimes.events import MAX_EVENT_DEPTH, load_event
 from agent_server.runtimes.stream import TurnStream
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -86,6 +90,24 @@ def test_a_line_that_is_no_sound_event_stays_text_in_the_log() -> None:
     log = answer.body["execution_log"]
     assert [type(event) for event in log] == [str] * 5
     assert log[-1] == "plain"
+
+
+@pytest.mark.parametrize("kind", ["object", "array"])
+@pytest.mark.parametrize(
+    ("levels", "sound"), [(MAX_EVENT_DEPTH, True), (MAX_EVENT_DEPTH + 1, False)]
+)
+def test_an_event_nests_max_event_depth_levels_at_most(kind: str, levels: int, sound: bool) -> None:
+    """MAX_EVENT_DEPTH containers one inside the other are an event; one more is text."""
+    value: object = "leaf"
+    for _ in range(levels):
+        value = {"a": value} if kind == "object" else [value]
+    assert (load_event(json.dumps(value)) is not None) is sound
+
+
+@pytest.mark.parametrize("line", ['{"\\ud83d": 1}', '["ok", "\\udc00x"]'])
+def test_a_lone_surrogate_in_a_key_or_a_list_is_no_event(line: str) -> None:
+    """Wherever it is, a lone surrogate makes the line no event."""
+    assert load_event(line) is None
 
 
 def test_an_error_is_the_contract_body_with_retry_after() -> None:

@@ -320,6 +320,32 @@ def test_a_pipelined_request_gets_its_own_body_deadline() -> None:
     run(scenario)
 
 
+def test_an_answer_leaves_in_one_write() -> None:
+    """Head and body are written together: one segment, the client woken once."""
+
+    async def scenario() -> None:
+        async with serving(RecordingApp()) as served:
+            reader, writer = await served.connect()
+            await eventually(lambda: bool(served.protocols))
+            transport = served.protocols[0].transport
+            writes: list[bytes] = []
+            real_write = transport.write
+
+            def counting_write(data: bytes) -> None:
+                writes.append(data)
+                real_write(data)
+
+            transport.write = counting_write  # type: ignore[method-assign]
+            for path in ("/one", "/two"):  # and again on the kept-alive connection
+                writer.write(head(path, length=2) + b"{}")
+                assert (await reader.readuntil(b"ok")).startswith(b"HTTP/1.1 200 ")
+            await close(writer)
+            assert len(writes) == 2, writes
+            assert all(w.startswith(b"HTTP/1.1 200 ") and w.endswith(b"ok") for w in writes)
+
+    run(scenario)
+
+
 # --- the app phase --------------------------------------------------------------------
 
 
@@ -418,6 +444,7 @@ def test_uvicorn_serves_through_the_guard(app_services: Services) -> None:
     assert issubclass(config.http, GuardedH11Protocol)
     assert config.http.limits == ClientLimits(HEADER_TIMEOUT_S, BODY_TIMEOUT_S, 280)
     assert config.ws == "none"
+    assert config.loop == "asyncio", "uvloop refuses the SIGCHLD reaper: never 'auto'"
     assert (HEADER_TIMEOUT_S, BODY_TIMEOUT_S) == (10.0, 30.0)
 
 

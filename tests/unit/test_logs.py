@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import logging
@@ -12,7 +13,13 @@ from typing import Any
 
 import pytest
 
-from agent_server.logs import JsonFormatter, TextFormatter, configure_logging, execution_id_var
+from agent_server.logs import (
+    JsonFormatter,
+    LoopDeferredHandler,
+    TextFormatter,
+    configure_logging,
+    execution_id_var,
+)
 from agent_server.redaction import MASK, RedactingFilter, Redactor
 
 SECRET = "unit-log-secret-0123456789"
@@ -224,3 +231,41 @@ def test_a_text_traceback_is_masked(redactor: Redactor) -> None:
     assert "RuntimeError" in text
     assert SECRET not in text
     assert text.splitlines()[0].endswith("agent_server.app: boom")
+
+
+def test_on_the_event_loop_a_record_is_written_at_its_next_step(redactor: Redactor) -> None:
+    """Logged during a request, a record waits for the loop's next step: stamped with its
+    turn, its arguments rendered when logged, redacted when written; elsewhere at once."""
+    stream = io.StringIO()
+    handler = LoopDeferredHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    handler.addFilter(RedactingFilter(redactor))
+    logger = logging.getLogger("agent_server.test_logs.deferred")
+    logger.propagate = False
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+
+    async def scenario() -> tuple[str, str]:
+        args = ["before"]
+        token = execution_id_var.set("turn-1")
+        logger.info("in a turn %s %s", args, SECRET)
+        execution_id_var.reset(token)
+        logger.info("after it")
+        args.append("changed")
+        before = stream.getvalue()
+        await asyncio.sleep(0)
+        return before, stream.getvalue()
+
+    try:
+        logger.info("at boot")
+        assert len(_lines(stream)) == 1
+        before, after = asyncio.run(scenario())
+    finally:
+        logger.removeHandler(handler)
+    assert before.count("\n") == 1
+    boot, turn, later = (json.loads(line) for line in after.splitlines())
+    assert turn["message"] == f"in a turn ['before'] {MASK}"
+    assert turn["execution_id"] == "turn-1"
+    assert later["message"] == "after it"
+    assert "execution_id" not in later
+    assert "execution_id" not in boot

@@ -81,6 +81,35 @@ def test_clean_makes_any_value_valid_json(value: object, cleaned: object) -> Non
     json.dumps(result, allow_nan=False, ensure_ascii=False).encode("utf-8")
 
 
+def test_clean_returns_a_value_with_nothing_to_change_itself() -> None:
+    """No secret, token, surrogate, odd type or number: no copy is made."""
+    redactor = Redactor()
+    redactor.add([SECRET])
+    value = {"a": ["text", 1, 2.5, None, True], "b": {"c": "more"}, "d": []}
+    assert redactor.clean(value) is value
+
+
+@pytest.mark.parametrize(
+    "odd",
+    [
+        pytest.param((1, 2), id="a tuple becomes a list"),
+        pytest.param({1: "x"}, id="a key that is not a string"),
+        pytest.param("Authorization: Bearer opaque.value", id="a token shape"),
+        pytest.param("x" * 70_000 + SECRET, id="a secret past the first batch of texts"),
+    ],
+)
+def test_clean_copies_what_it_must_change(odd: object) -> None:
+    """Anything `clean` changes makes it walk the value as before, text by text."""
+    redactor = Redactor()
+    redactor.add([SECRET])
+    value = ["y" * 70_000, odd]
+    cleaned = redactor.clean(value)
+    assert cleaned is not value
+    text = json.dumps(cleaned)
+    assert SECRET not in text
+    assert "opaque.value" not in text
+
+
 def test_clean_bounds_the_depth() -> None:
     """A value nested deeper than MAX_CLEAN_DEPTH is cut there, never a RecursionError."""
     value: object = "leaf"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent_server.execution.transcript import Transcript
+from agent_server.execution.transcript import PARSED_BUDGET, Transcript
 
 Line = tuple[bytes, bool]
 RESULT = b'{"type":"result"}'
@@ -80,3 +80,29 @@ def test_a_negative_budget_is_refused() -> None:
     """max_bytes must be zero or more."""
     with pytest.raises(ValueError, match="max_bytes"):
         Transcript(-1)
+
+
+def test_the_parsed_object_of_a_line_is_kept_beside_it() -> None:
+    """A line that is exactly its JSON keeps the parser's object; any other keeps None."""
+    transcript = Transcript(100)
+    transcript.append(b'{"a":1}', parsed={"a": 1})
+    transcript.append(b' {"b":2}', parsed={"b": 2})  # whitespace: a reader may parse it apart
+    transcript.append(RESULT, is_result=True, parsed={"type": "result"})
+    assert transcript.entries() == [
+        (b'{"a":1}', {"a": 1}),
+        (b' {"b":2}', None),
+        (RESULT, {"type": "result"}),
+    ]
+    assert transcript.lines() == [b'{"a":1}', b' {"b":2}', RESULT]
+
+
+def test_parsed_objects_are_kept_only_for_the_first_lines_and_the_result() -> None:
+    """Past PARSED_BUDGET bytes a line keeps no object (the answer parses it), the result does."""
+    line = b'{"k":"' + b"x" * 1000 + b'"}'
+    transcript = Transcript(1 << 20)
+    count = PARSED_BUDGET // len(line) + 3
+    for _ in range(count):
+        transcript.append(line, parsed={"k": "x" * 1000})
+    transcript.append(RESULT, is_result=True, parsed={"type": "result"})
+    kept = [parsed is not None for _, parsed in transcript.entries()]
+    assert kept == [True] * (PARSED_BUDGET // len(line)) + [False] * 3 + [True]
