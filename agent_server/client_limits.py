@@ -18,7 +18,8 @@ So each connection carries one timer, and is in one of three phases:
 Each answer also leaves in one write: uvicorn writes a response's head and its body
 separately, two TCP segments on a `TCP_NODELAY` socket, which wake the client twice.
 The response's writes are held and written together when the response completes
-(or, for a response still streaming, at the end of the loop's step).
+(or, for a response still streaming, at the end of the loop's step); past 64 KiB
+they are written as they are, since joining them would copy the answer.
 
 When a deadline passes the connection is closed; a client that was sending its body
 makes the app see a disconnect. Over `ClientLimits.max_connections` open
@@ -195,6 +196,10 @@ class GuardedH11Protocol(H11Protocol):
         self.transport.abort()
 
 
+_JOIN_BYTES = 64 * 1024
+"""Held writes up to this many bytes in all are joined into one."""
+
+
 class _OneWrite:
     """A request's view of its connection's transport: writes are held, then written as one.
 
@@ -217,12 +222,15 @@ class _OneWrite:
             self._loop.call_soon(self.flush)
 
     def flush(self) -> None:
-        """Write whatever is held, in one write."""
-        if self._held:
-            data = b"".join(self._held)
-            self._held.clear()
-            if not self._transport.is_closing():
-                self._transport.write(data)
+        """Write whatever is held: in one write, unless joining would copy a large answer
+        (it takes many segments anyway)."""
+        held, self._held = self._held, []
+        if held and not self._transport.is_closing():
+            if sum(map(len, held)) <= _JOIN_BYTES:
+                self._transport.write(b"".join(held))
+            else:
+                for data in held:
+                    self._transport.write(data)
 
     def close(self) -> None:
         """Flush, then close the transport (which sends what it buffered, then closes)."""

@@ -15,21 +15,28 @@ import json
 import os
 import secrets
 import stat
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_CHUNK_CHARS = 1 << 20
+"""A value is encoded and written this many characters at a time."""
+_PIECE_CHARS = 64 * 1024
+"""`json_chunks` serialises a list in batches of items of about this many characters."""
 
 
 class UnsafeLocation(OSError):
     """The target is a symlink, or the state dir is writable by group or others."""
 
 
-def write_secret_file(path: Path, value: str) -> None:
-    """Write `value` to `path` crash-safely at mode 0600, whatever the umask.
+def write_secret_file(path: Path, value: str | Iterable[str]) -> None:
+    """Write `value` (a text, or its pieces) to `path` crash-safely at mode 0600,
+    whatever the umask.
 
-    Raises OSError (UnsafeLocation for a symlinked target or an open state dir);
-    on any failure the target is untouched and no temp file is left.
+    Raises OSError (UnsafeLocation for a symlinked target or an open state dir) or
+    what making the pieces raised; on any failure the target is untouched and no temp
+    file is left.
     """
     check_dir(path.parent)
     if path.is_symlink():
@@ -40,9 +47,11 @@ def write_secret_file(path: Path, value: str) -> None:
     try:
         try:
             os.fchmod(fd, 0o600)  # the mode at creation already is; keep it explicit
-            view = memoryview(value.encode())
-            while view:
-                view = view[os.write(fd, view) :]
+            for piece in (value,) if isinstance(value, str) else value:
+                for start in range(0, len(piece), _CHUNK_CHARS):  # never a whole copy
+                    view = memoryview(piece[start : start + _CHUNK_CHARS].encode())
+                    while view:
+                        view = view[os.write(fd, view) :]
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -52,6 +61,38 @@ def write_secret_file(path: Path, value: str) -> None:
             os.unlink(tmp)
         raise
     _fsync_dir(path.parent)
+
+
+def write_json_file(path: Path, value: Any) -> None:
+    """`write_secret_file` of `value` as compact JSON, made and written in pieces."""
+    write_secret_file(path, json_chunks(value))
+
+
+def json_chunks(value: Any) -> Iterator[str]:
+    """`value` as compact JSON (no NaN), in pieces: a dict's values one at a time, a
+    list's items in batches of about `_PIECE_CHARS`, so a large log is never one
+    whole text (an item larger than that is one piece)."""
+    if isinstance(value, dict):
+        yield "{"
+        for index, (key, item) in enumerate(value.items()):
+            yield ("," if index else "") + _dumps(str(key)) + ":"
+            yield from json_chunks(item)
+        yield "}"
+    elif isinstance(value, list):
+        yield "["
+        start, batch = 0, 1
+        while start < len(value):
+            piece = _dumps(value[start : start + batch])[1:-1]
+            yield ("," if start else "") + piece
+            start += batch
+            batch = batch * 2 if len(piece) < _PIECE_CHARS else max(1, batch // 2)
+        yield "]"
+    else:
+        yield _dumps(value)
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
 def check_dir(directory: Path) -> None:

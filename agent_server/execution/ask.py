@@ -52,7 +52,7 @@ class AcceptedTurn:
     credential: SpawnCredential
     chat: ChatSession | None
     envelope: dict[str, Any] | None = None
-    """Its terminal envelope, once it has one (contract §6.6)."""
+    """Its terminal envelope, once it has one (contract §6.6); redacted when retained or sent."""
 
     @property
     def execution_id(self) -> str:

@@ -13,10 +13,10 @@ without its `metadata` and `execution_log`, which are beside it.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from agent_server.names import AuthRoute
+from agent_server.secret_file import json_chunks
 
 MAX_RESPONSE_CHARS = 4_000_000
 """The longest `response` Trinity's backend takes (a longer one is refused, 413)."""
@@ -96,9 +96,10 @@ def envelope_of(
 def bound_log(envelope: dict[str, Any], limit: int = MAX_LOG_BYTES) -> dict[str, Any]:
     """`envelope` with `truncated_log`, its `execution_log` dropped when over `limit`."""
     log = envelope.get("execution_log")
-    too_long = log is not None and len(_json_bytes(log)) > limit
+    too_long = log is not None and _json_size(log) > limit
     return {**envelope, "execution_log": None if too_long else log, "truncated_log": too_long}
 
 
-def _json_bytes(value: Any) -> bytes:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+def _json_size(value: Any) -> int:
+    """The bytes of `value` as compact JSON, measured a piece at a time."""
+    return sum(len(piece.encode()) for piece in json_chunks(value))

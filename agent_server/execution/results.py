@@ -49,19 +49,23 @@ class Results:
         auth_route: AuthRoute,
         elapsed_ms: int,
     ) -> dict[str, Any]:
-        """The envelope of a terminal answer, redacted; its retention starts in the background."""
+        """The envelope of a terminal answer (not yet redacted: `send` and the retention
+        do it, in a thread); its retention starts in the background.
+
+        Nothing of it is done in front of the HTTP answer: the answer is serialised in
+        this step of the loop, the envelope's redaction and file in the next ones.
+        """
         envelope = envelope_of(
             execution_id, status, body, auth_route=auth_route, elapsed_ms=elapsed_ms
         )
-        clean: dict[str, Any] = self.redactor.clean(envelope)
-        self.background(self._retain(execution_id, clean))
-        return clean
+        self.background(self._retain(execution_id, envelope))
+        return envelope
 
     async def send(self, envelope: dict[str, Any], deadline: float) -> None:
         """Persist an async turn's envelope as pending, then deliver it in the background."""
         if self.callbacks is None:
             return
-        bounded = await asyncio.to_thread(bound_log, envelope)
+        bounded = await asyncio.to_thread(self._ready, envelope)
         try:
             await self.callbacks.persist(bounded, deadline)
         except OSError as exc:  # still try to deliver what is in memory
@@ -95,7 +99,7 @@ class Results:
 
     async def _retain(self, execution_id: str, envelope: dict[str, Any]) -> None:
         def keep() -> None:
-            self.retained.keep(execution_id, bound_log(envelope))
+            self.retained.keep(execution_id, self._ready(envelope))
 
         try:
             await asyncio.to_thread(keep)
@@ -104,3 +108,8 @@ class Results:
             logger.warning(
                 "could not retain the result: %s", exc, extra={"execution_id": execution_id}
             )
+
+    def _ready(self, envelope: dict[str, Any]) -> dict[str, Any]:
+        """`envelope` redacted like an answer, its log bounded (blocking: run it in a thread)."""
+        clean: dict[str, Any] = self.redactor.clean(envelope)
+        return bound_log(clean)

@@ -16,7 +16,6 @@ fails a turn: a failed write is logged and counted by the caller.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import re
@@ -26,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_server.models import EXECUTION_ID_PATTERN
-from agent_server.secret_file import check_dir, read_json_file, write_secret_file
+from agent_server.secret_file import check_dir, read_json_file, write_json_file
 
 logger = logging.getLogger("agent_server.retained")
 
@@ -69,7 +68,7 @@ class RetainedResults:
         self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         now = time.time()
         record = {**envelope, "retained_at": datetime.fromtimestamp(now, UTC).isoformat()}
-        write_secret_file(path, _dumps(record))
+        write_json_file(path, record)
         self.evict(now)
 
     def get(self, execution_id: str) -> dict[str, Any] | None:
@@ -123,7 +122,3 @@ class RetainedResults:
         if not _ID.fullmatch(execution_id):
             return None
         return self.directory / f"{execution_id}{_SUFFIX}"
-
-
-def _dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))

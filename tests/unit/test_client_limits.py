@@ -63,6 +63,7 @@ class RecordingApp:
     release: asyncio.Event = field(default_factory=asyncio.Event)
     received: list[str] = field(default_factory=list)
     read_body: bool = True
+    answer: bytes = b"ok"
 
     def __post_init__(self) -> None:
         self.release.set()
@@ -78,9 +79,9 @@ class RecordingApp:
             if not message.get("more_body", False):
                 break
         await self.release.wait()
-        headers = [(b"content-length", b"2")]
+        headers = [(b"content-length", str(len(self.answer)).encode())]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
-        await send({"type": "http.response.body", "body": b"ok"})
+        await send({"type": "http.response.body", "body": self.answer})
 
 
 @dataclass
@@ -342,6 +343,34 @@ def test_an_answer_leaves_in_one_write() -> None:
             await close(writer)
             assert len(writes) == 2, writes
             assert all(w.startswith(b"HTTP/1.1 200 ") and w.endswith(b"ok") for w in writes)
+
+    run(scenario)
+
+
+def test_a_large_answer_is_not_copied_into_one_write() -> None:
+    """Past 64 KiB, head and body are written as they are: joining them would hold a
+    second copy of the answer in memory."""
+    answer = b"x" * (1 << 20)
+
+    async def scenario() -> None:
+        async with serving(RecordingApp(answer=answer)) as served:
+            reader, writer = await served.connect()
+            await eventually(lambda: bool(served.protocols))
+            transport = served.protocols[0].transport
+            writes: list[bytes] = []
+            real_write = transport.write
+
+            def counting_write(data: bytes) -> None:
+                writes.append(data)
+                real_write(data)
+
+            transport.write = counting_write  # type: ignore[method-assign]
+            writer.write(head("/big", length=2) + b"{}")
+            assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200 ")
+            assert await reader.readexactly(len(answer)) == answer
+            await close(writer)
+            assert [len(w) < 1024 for w in writes] == [True, False], [len(w) for w in writes]
+            assert writes[1] is answer
 
     run(scenario)
 

@@ -3,6 +3,7 @@ the last terminal standing, TTL, count and size eviction, ids that name no path.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import stat
@@ -11,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agent_server.execution.envelope import (
     MAX_RESPONSE_CHARS,
@@ -19,7 +22,11 @@ from agent_server.execution.envelope import (
     envelope_of,
 )
 from agent_server.execution.outcome import ERROR_CODES
+from agent_server.execution.results import Results
 from agent_server.execution.retained import RetainedResults
+from agent_server.metrics import Metrics
+from agent_server.redaction import MASK, Redactor
+from agent_server.secret_file import json_chunks, read_json_file, write_json_file
 from agent_server.turn_models import ResultEnvelope, RetainedResult
 from tests.support.contract import ERROR_DETAIL_KEYS
 
@@ -231,3 +238,78 @@ def test_a_failed_write_changes_nothing(tmp_path: Path) -> None:
     with pytest.raises(OSError, match="writable by group or others"):
         store.keep("e-1", bound_log(_success()))
     assert list((tmp_path / "results").iterdir()) == []
+
+
+# --- Results: what a turn's settle leads to ------------------------------------------------
+
+
+def test_the_retained_record_is_redacted_and_the_answer_untouched(tmp_path: Path) -> None:
+    """A secret the answer still holds is masked in the record; settle changes nothing
+    of the body the HTTP answer is built from, and returns before the record exists."""
+    secret = "sk-ant-oat01-" + "q" * 40
+    redactor = Redactor()
+    redactor.add([secret])
+    store = RetainedResults(tmp_path / "results")
+    results = Results(store, redactor, Metrics(), callbacks=None)
+    body = {
+        "status": "success",
+        "response": f"the key is {secret}",
+        "execution_log": [{"type": "result", "result": secret}],
+        "session_id": "s-1",
+        "metadata": _metadata("e-1"),
+    }
+
+    async def scenario() -> bool:
+        results.settle("e-1", 200, body, auth_route="baseline", elapsed_ms=5)
+        kept_at_once = store.get("e-1") is not None
+        await results.close(5.0)
+        return kept_at_once
+
+    assert asyncio.run(scenario()) is False
+    assert body["response"] == f"the key is {secret}"
+    text = (tmp_path / "results" / "e-1.json").read_text()
+    assert secret not in text
+    record = store.get("e-1")
+    assert record is not None
+    assert record["response"] == f"the key is {MASK}"
+    assert record["execution_log"] == [{"type": "result", "result": MASK}]
+
+
+# --- JSON records written in pieces --------------------------------------------------------
+
+_JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: st.lists(inner, max_size=600) | st.dictionaries(st.text(), inner),
+    max_leaves=2000,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(_JSON)
+def test_json_in_pieces_is_the_same_json(value: Any) -> None:
+    """Joined, the pieces are exactly the one-shot compact JSON of the value."""
+    whole = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    assert "".join(json_chunks(value)) == whole
+
+
+def test_a_large_log_is_written_in_pieces_and_read_back(tmp_path: Path) -> None:
+    """A record whose log is far past one piece reads back equal; no piece holds it all."""
+    record = {
+        "execution_id": "e-1",
+        "execution_log": [{"type": "x", "n": i} for i in range(50_000)],
+    }
+    pieces = list(json_chunks(record))
+    assert max(len(piece) for piece in pieces) < len(json.dumps(record)) // 10
+    write_json_file(tmp_path / "r.json", record)
+    assert read_json_file(tmp_path / "r.json", 10**7) == record
+
+
+def test_a_value_json_cannot_hold_leaves_no_file(tmp_path: Path) -> None:
+    """NaN fails the write part-way: no record, no temp file."""
+    with pytest.raises(ValueError, match="JSON compliant"):
+        write_json_file(tmp_path / "r.json", {"a": list(range(600)), "b": float("nan")})
+    assert list(tmp_path.iterdir()) == []
