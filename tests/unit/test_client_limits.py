@@ -321,6 +321,19 @@ def test_a_pipelined_request_gets_its_own_body_deadline() -> None:
     run(scenario)
 
 
+def record_writes(transport: Any) -> list[bytes]:
+    """Every write the connection's transport is asked for, from now on."""
+    writes: list[bytes] = []
+    real_write = transport.write
+
+    def recording_write(data: bytes) -> None:
+        writes.append(data)
+        real_write(data)
+
+    transport.write = recording_write
+    return writes
+
+
 def test_an_answer_leaves_in_one_write() -> None:
     """Head and body are written together: one segment, the client woken once."""
 
@@ -328,15 +341,7 @@ def test_an_answer_leaves_in_one_write() -> None:
         async with serving(RecordingApp()) as served:
             reader, writer = await served.connect()
             await eventually(lambda: bool(served.protocols))
-            transport = served.protocols[0].transport
-            writes: list[bytes] = []
-            real_write = transport.write
-
-            def counting_write(data: bytes) -> None:
-                writes.append(data)
-                real_write(data)
-
-            transport.write = counting_write  # type: ignore[method-assign]
+            writes = record_writes(served.protocols[0].transport)
             for path in ("/one", "/two"):  # and again on the kept-alive connection
                 writer.write(head(path, length=2) + b"{}")
                 assert (await reader.readuntil(b"ok")).startswith(b"HTTP/1.1 200 ")
@@ -356,15 +361,7 @@ def test_a_large_answer_is_not_copied_into_one_write() -> None:
         async with serving(RecordingApp(answer=answer)) as served:
             reader, writer = await served.connect()
             await eventually(lambda: bool(served.protocols))
-            transport = served.protocols[0].transport
-            writes: list[bytes] = []
-            real_write = transport.write
-
-            def counting_write(data: bytes) -> None:
-                writes.append(data)
-                real_write(data)
-
-            transport.write = counting_write  # type: ignore[method-assign]
+            writes = record_writes(served.protocols[0].transport)
             writer.write(head("/big", length=2) + b"{}")
             assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200 ")
             assert await reader.readexactly(len(answer)) == answer
