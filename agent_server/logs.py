@@ -17,14 +17,13 @@ import sys
 from datetime import UTC, datetime
 from typing import TextIO
 
-from agent_server.redaction import RedactingFilter, Redactor
+from agent_server.redaction import LOG_EXTRA_FIELDS, RedactingFilter, Redactor
 
 execution_id_var: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "execution_id", default=None
 )
 """The turn the current task serves: stamped on every log line written under it."""
 
-_EXTRA_FIELDS = ("key", "execution_id")
 LOG_FORMATS = ("json", "text")
 
 
@@ -48,7 +47,7 @@ def _context(record: logging.LogRecord) -> dict[str, object]:
     execution_id = getattr(record, "execution_id", None) or execution_id_var.get()
     if execution_id:
         fields["execution_id"] = execution_id
-    for name in _EXTRA_FIELDS:
+    for name in LOG_EXTRA_FIELDS:
         if name != "execution_id" and hasattr(record, name):
             fields[name] = getattr(record, name)
     return fields

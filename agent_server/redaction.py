@@ -53,7 +53,7 @@ _TOKEN_PATTERNS = re.compile(
 _TOKEN_HINTS = ("sk-ant-", "SK-ANT-", "earer", "EARER")
 """Every text `_TOKEN_PATTERNS` can match holds one of these (`Bearer` in any case)."""
 _SURROGATE = re.compile("[\ud800-\udfff]")
-_EXTRA_FIELDS = ("key", "execution_id")
+LOG_EXTRA_FIELDS = ("key", "execution_id")
 """Log record attributes a formatter writes beside the message (redacted too)."""
 
 
@@ -306,7 +306,7 @@ class RedactingFilter(logging.Filter):
         """Replace the record's message (and extra fields) with redacted text; never drops."""
         record.msg = self.redactor.redact(record.getMessage())
         record.args = None
-        for name in _EXTRA_FIELDS:
+        for name in LOG_EXTRA_FIELDS:
             value = getattr(record, name, None)
             if isinstance(value, str):
                 setattr(record, name, self.redactor.redact(value))

@@ -6,7 +6,6 @@ The credential, health and error schemas, and the validators these share, are in
 
 from __future__ import annotations
 
-import base64
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -86,9 +85,13 @@ BASE64 = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=|[A-Za-z
 """Standard base64 with its padding, at least one byte."""
 
 
+def decoded_size(data: str) -> int:
+    """The bytes that padded base64 `data` decodes to (counted, not decoded)."""
+    return len(data) * 3 // 4 - data.count("=", -2)
+
+
 def _check_size(value: str) -> str:
-    decoded = base64.b64decode(value)
-    if len(decoded) > MAX_IMAGE_BYTES:
+    if decoded_size(value) > MAX_IMAGE_BYTES:
         msg = f"must decode to at most {MAX_IMAGE_BYTES} bytes"
         raise ValueError(msg)
     return value
@@ -107,7 +110,7 @@ class ImageInput(Strict):
     @property
     def size(self) -> int:
         """The decoded size in bytes."""
-        return len(self.data) * 3 // 4 - self.data.count("=", -2)
+        return decoded_size(self.data)
 
 
 Images = Annotated[list[ImageInput], Field(min_length=1, max_length=MAX_IMAGES)]

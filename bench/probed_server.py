@@ -51,23 +51,22 @@ def mark(name: str) -> None:
     _marks.append((name, time.monotonic_ns()))
 
 
-def _after(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+def _around(before: str, after: str, function: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(function)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        mark(before)
         result = function(*args, **kwargs)
-        mark(name)
+        mark(after)
         return result
 
     return wrapper
 
 
 def _after_async(
-    name: str, function: Callable[..., Awaitable[Any]], before: str | None = None
+    name: str, function: Callable[..., Awaitable[Any]]
 ) -> Callable[..., Awaitable[Any]]:
     @functools.wraps(function)
     async def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if before is not None:
-            mark(before)
         result = await function(*args, **kwargs)
         mark(name)
         return result
@@ -180,15 +179,7 @@ def install() -> None:
     executions.parse_json = _after_async("parsed", executions.parse_json)  # type: ignore[assignment]
     SpawnEnvBuilder.build = _after_async("env", SpawnEnvBuilder.build)  # type: ignore[method-assign]
     turn.run_process = _after_async("ended", turn.run_process)  # type: ignore[assignment]
-    answer = executions.answer
-
-    def probed_answer(*args: Any, **kwargs: Any) -> Any:
-        mark("answering")
-        result = answer(*args, **kwargs)
-        mark("serialised")
-        return result
-
-    executions.answer = probed_answer  # type: ignore[assignment]
+    executions.answer = _around("answering", "serialised", executions.answer)  # type: ignore[assignment]
     probe_spawn()
     probe_protocol(runner._TurnProtocol)
 

@@ -263,22 +263,12 @@ async def measure(workspace: Workspace, plan: Plan) -> list[Figure]:
                 f"figure 1 without the CPUs' drift: the same CLI, spawned by the same "
                 f"process; {median(server_ms):.1f} vs {median(own_ms):.1f} ms"
             ),
+            details={
+                "table": render_table(sides),
+                "server": sides.server,
+                "direct": sides.direct,
+                "in_server": sides.in_server,
+            },
         )
-    )
-    last = figures[-1]
-    figures[-1] = Figure(
-        last.name,
-        last.measured,
-        last.unit,
-        target=last.target,
-        verdict=last.verdict,
-        target_value=last.target_value,
-        note=last.note,
-        details={
-            "table": render_table(sides),
-            "server": sides.server,
-            "direct": sides.direct,
-            "in_server": sides.in_server,
-        },
     )
     return figures

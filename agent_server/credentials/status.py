@@ -23,14 +23,12 @@ from agent_server.names import (
     API_KEY,
     AUTH_TOKEN,
     BASE_URL,
-    CLAUDE_CREDENTIALS,
     CLAUDE_OAUTH,
     PROVIDER_SWITCHES,
     is_credential_name,
 )
 from agent_server.spawn_env.layers import SpawnEnv, build_spawn_env
-
-_TRUTHY = ("1", "true", "yes", "on")
+from agent_server.spawn_env.route import effective_credential
 
 
 def credential_status(
@@ -72,25 +70,15 @@ def credential_status(
 
 def effective_auth(spawn: SpawnEnv) -> EffectiveAuth | None:
     """Which credential a spawn with this env authenticates with, or None."""
-    env = spawn.env
-    carried = [name for name in CLAUDE_CREDENTIALS if env.get(name)]
-    switches = [name for name in PROVIDER_SWITCHES if env.get(name, "").lower() in _TRUTHY]
-    if switches:
-        chosen = switches[0]
-        return EffectiveAuth(
-            variable=chosen,
-            layer=spawn.sources[chosen],
-            fingerprint=None,
-            conflicts=switches[1:] + carried,
-        )
-    if not carried:
+    credential = effective_credential(spawn.env, spawn.sources)
+    if credential is None:
         return None
-    chosen = carried[0]
+    variable = credential.variable
     return EffectiveAuth(
-        variable=chosen,
-        layer=spawn.sources[chosen],
-        fingerprint=fingerprint(env[chosen]),
-        conflicts=carried[1:],
+        variable=variable,
+        layer=credential.layer,
+        fingerprint=None if variable in PROVIDER_SWITCHES else fingerprint(spawn.env[variable]),
+        conflicts=list(credential.others),
     )
 
 

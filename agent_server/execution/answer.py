@@ -84,12 +84,13 @@ def build_answer(outcome: Outcome, turn: FinishedTurn, now: datetime) -> TurnAns
         body = TurnResponse(
             status="success" if outcome.kind is OutcomeKind.SUCCESS else "cancelled",
             response=text,
-            execution_log=log,
+            execution_log=[],
             session_id=session_id,
             timestamp=now.isoformat(),
             metadata=metadata,
             session=_chat_context(stream, context_window) if turn.chat else None,
         ).model_dump(exclude=set() if turn.chat else {"session"})
+        body["execution_log"] = log  # as it is: a dump would copy every event
         return TurnAnswer(200, body, outcome, session_id)
     detail = error_detail(
         outcome,

@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from pathlib import Path
 
+from agent_server.runtimes.events import as_session_id
 from agent_server.secret_file import write_secret_file
 
 logger = logging.getLogger("agent_server.chat")
-
-_SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
 
 
 class ChatSession:
@@ -31,11 +29,11 @@ class ChatSession:
             value = self.path.read_text(encoding="utf-8").strip()
         except (OSError, UnicodeDecodeError):
             return None
-        return value if _SESSION_ID.fullmatch(value) else None
+        return as_session_id(value)
 
     def remember(self, session_id: str) -> None:
         """Keep `session_id` for the next chat turn (atomic; a failure is logged)."""
-        if session_id == self.current() or not _SESSION_ID.fullmatch(session_id):
+        if session_id == self.current() or as_session_id(session_id) is None:
             return
         try:
             write_secret_file(self.path, session_id)

@@ -25,6 +25,11 @@ class LineSplitter:
         while True:
             newline = chunk.find(b"\n", start)
             end = len(chunk) if newline < 0 else newline
+            whole = newline >= 0 and not self._partial and not self._discarding
+            if whole and end - start <= self._max:  # the usual line, in one chunk: one copy
+                self._on_line(chunk[start:end])
+                start = newline + 1
+                continue
             if not self._discarding:
                 if len(self._partial) + (end - start) > self._max:
                     # Too long: forget what we held and skip the rest of it.

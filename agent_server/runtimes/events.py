@@ -30,30 +30,14 @@ OTHER = "other"
 """What a field from a known set reads when the CLI said something else."""
 
 
-class _NotAnEvent(ValueError):
-    """A line that parses as JSON but is not a value we accept."""
-
-
-def _finite(text: str) -> float:
-    number = float(text)
-    if not math.isfinite(number):  # 1e999 parses to inf
-        raise _NotAnEvent(text)
-    return number
-
-
-def _no_constant(name: str) -> float:
-    raise _NotAnEvent(name)  # NaN, Infinity, -Infinity
-
-
 def load_event(line: bytes | str) -> Any:
     """One line as a JSON value, or None: invalid, too deep, non-finite, lone surrogate.
 
     Never raises.
     """
     try:
-        value = json.loads(line, parse_float=_finite, parse_constant=_no_constant)
-    except (ValueError, RecursionError):
-        # ValueError covers invalid JSON, invalid UTF-8 and _NotAnEvent.
+        value = json.loads(line)
+    except (ValueError, RecursionError):  # invalid JSON or UTF-8; nested past the C stack
         return None
     return value if _well_formed(value) else None
 
@@ -68,12 +52,15 @@ def decode_event(line: bytes) -> dict[str, Any] | None:
 
 
 def _well_formed(value: Any, depth: int = 0) -> bool:
-    """No deeper than MAX_EVENT_DEPTH, and every string encodable (no lone surrogate).
+    """No deeper than MAX_EVENT_DEPTH, every string encodable (no lone surrogate), and
+    every number finite (`NaN`, `Infinity` and `1e999` parse to floats that are not).
 
     Recursive, and so bounded by MAX_EVENT_DEPTH: every stdout line passes here.
     """
     if isinstance(value, str):
         return value.isascii() or _encodable(value)
+    if isinstance(value, float):
+        return math.isfinite(value)
     if isinstance(value, dict):
         if depth >= MAX_EVENT_DEPTH:
             return False
@@ -126,12 +113,12 @@ def as_str(value: object) -> str | None:
 
 def as_session_id(value: object) -> str | None:
     """A session id: a UUID-like token of at most 128 characters, else None."""
-    return value if isinstance(value, str) and _SESSION_ID.match(value) else None
+    return value if isinstance(value, str) and _SESSION_ID.fullmatch(value) else None
 
 
 def as_model_id(value: object) -> str | None:
     """A model id such as `claude-sonnet-5-5` or `models/gemini-2.5-pro`, else None."""
-    return value if isinstance(value, str) and _MODEL_ID.match(value) else None
+    return value if isinstance(value, str) and _MODEL_ID.fullmatch(value) else None
 
 
 def one_of(value: object, known: Collection[str]) -> str | None:
