@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -231,6 +232,23 @@ def new_execution_id(server: ServerProcess, before: set[str], timeout: float = 2
         time.sleep(0.02)
     msg = "no new turn appeared in the running list"
     raise AssertionError(msg)
+
+
+def wait_listed(
+    server: ServerProcess, *ids: str, state: str | None = None, timeout: float = 20
+) -> dict[str, Any]:
+    """Wait until every id in `ids` is in `/api/executions/running` (in `state`, when
+    given); return that listing."""
+    deadline = time.monotonic() + timeout
+    while True:
+        response = server.get("/api/executions/running")
+        assert response.status_code == 200, response.text
+        listing: dict[str, Any] = response.json()
+        states = {e["execution_id"]: e.get("state") for e in listing["executions"]}
+        if all(i in states and (state is None or states[i] == state) for i in ids):
+            return listing
+        assert time.monotonic() < deadline, f"{ids} never listed as {state or 'any'}: {listing}"
+        time.sleep(0.02)
 
 
 @pytest.fixture

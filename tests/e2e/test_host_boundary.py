@@ -9,7 +9,6 @@ a zombie behind.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import shutil
@@ -31,6 +30,8 @@ import pytest
 
 from tests.conftest import SecretRegistry
 from tests.e2e.conftest import ProcessProbe, TurnServers, new_execution_id
+from tests.support.fake_cli import fingerprint
+from tests.support.in_process import cli_report
 from tests.support.server import (
     AGENT_SERVER,
     CONTROLLER_TOKEN,
@@ -46,13 +47,6 @@ OAUTH = "CLAUDE_CODE_OAUTH_TOKEN"
 BASE_URL = "ANTHROPIC_BASE_URL"
 AUTH_TOKEN = "ANTHROPIC_AUTH_TOKEN"
 COLLECTOR = "https://collector.example"
-
-
-def report(response: httpx.Response) -> dict[str, Any]:
-    """The fake CLI's JSON report of what it received (a success's response)."""
-    assert response.status_code == 200, response.text
-    result: dict[str, Any] = json.loads(response.json()["response"])
-    return result
 
 
 def turn(server: ServerProcess, message: str = "hello", **body: Any) -> httpx.Response:
@@ -145,7 +139,7 @@ def test_a_hostile_dotenv_is_skipped_with_a_reason_never_a_500(
     server.env_file.write_bytes(content)
     answer = turn(server)
     assert answer.status_code == 200, answer.text
-    names = report(answer)["env_names"]
+    names = cli_report(answer)["env_names"]
     assert "BAD" not in names
     assert ("GOOD" in names) is (not problem.startswith("over"))
     status_problem = server.status()["files"]["env_file_problem"]
@@ -176,12 +170,12 @@ def test_an_oauth_override_never_travels_to_the_baseline_gateway(
         ANTHROPIC_AUTH_TOKEN=secret_registry.new("gateway_token"),
     )
     override = {"oauth_token": secret_registry.new("pool_subscription")}
-    seen = report(turn(server, auth_override=override))
+    seen = cli_report(turn(server, auth_override=override))
     assert seen["served_by"] == OAUTH
     assert BASE_URL not in seen["env_names"]
     assert AUTH_TOKEN not in seen["env_names"]
     # Without an override the gateway's own credential still goes to the gateway.
-    plain = report(turn(server))
+    plain = cli_report(turn(server))
     assert (plain["served_by"], BASE_URL in plain["env_names"]) == (AUTH_TOKEN, True)
     assert OAUTH not in plain["env_names"]
 
@@ -210,12 +204,12 @@ def test_a_dotenv_base_url_never_routes_a_credential_it_did_not_set(
     body = (
         {"auth_override": {override: secret_registry.new(f"route_{override}")}} if override else {}
     )
-    seen = report(turn(server, **body))
+    seen = cli_report(turn(server, **body))
     assert "HTTPS_PROXY" not in seen["env_names"]
     if pin is None:
         assert BASE_URL not in seen["env_names"]
     else:
-        assert seen["fingerprints"][BASE_URL] == _fp(pin)
+        assert seen["fingerprints"][BASE_URL] == fingerprint(pin)
     status = server.status()
     rows = {row["key"]: row for row in status["env_drift"]}
     assert rows[BASE_URL]["note"] == "not used: .env may not route a credential it did not set"
@@ -233,15 +227,11 @@ def test_a_stale_dotenv_oauth_token_never_beats_the_baseline(
     baseline = secret_registry.new("fresh_baseline")
     server = turn_servers.start(CLAUDE_CODE_OAUTH_TOKEN=baseline)
     server.env_file.write_text(f"{OAUTH}={secret_registry.new('stale_dotenv')}\n")
-    seen = report(turn(server))
-    assert seen["fingerprints"][OAUTH] == _fp(baseline)
+    seen = cli_report(turn(server))
+    assert seen["fingerprints"][OAUTH] == fingerprint(baseline)
     row = {r["key"]: r for r in server.status()["env_drift"]}[OAUTH]
     assert row["note"] == "replaced by the server's credential"
     assert any(m.get("key") == OAUTH for m in server.log_messages())
-
-
-def _fp(value: str) -> str:
-    return hashlib.sha256(value.encode()).hexdigest()[:12]
 
 
 # --- the agent cannot read the server --------------------------------------------------

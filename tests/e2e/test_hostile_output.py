@@ -21,11 +21,11 @@ import pytest
 
 from tests.conftest import SecretRegistry
 from tests.e2e.conftest import TurnServers
+from tests.support.contract import leaked
 from tests.support.server import ServerProcess
 
 HOSTILE_CLI = Path(__file__).resolve().parents[1] / "support" / "hostile-cli"
 MASK = "[REDACTED]"
-FRAGMENT = 8
 
 
 @dataclass(frozen=True)
@@ -76,9 +76,8 @@ def play(hostile: Hostile, case: str) -> httpx.Response:
             metrics,
         ]
     )
-    pieces = {hostile.secret[i : i + FRAGMENT] for i in range(len(hostile.secret) - FRAGMENT + 1)}
-    leaked = sorted(piece for piece in pieces if piece in exposed)
-    assert not leaked, f"{case}: pieces of the secret left the server: {leaked}"
+    left = leaked(hostile.secret, exposed)
+    assert not left, f"{case}: pieces of the secret left the server: {left}"
     return response
 
 

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from tests.conftest import SecretRegistry
-from tests.e2e.conftest import TurnServers
+from tests.e2e.conftest import TurnServers, wait_listed
 from tests.support.server import ServerProcess
 
 pytestmark = pytest.mark.timeout(120)
@@ -55,15 +55,6 @@ def server(turn_servers: TurnServers, secret_registry: SecretRegistry) -> Server
     return turn_servers.start(CLAUDE_CODE_OAUTH_TOKEN=secret_registry.new("live_baseline"))
 
 
-def _wait_listed(server: ServerProcess, execution_id: str) -> None:
-    deadline = time.monotonic() + 20
-    while execution_id not in {
-        e["execution_id"] for e in server.get("/api/executions/running").json()["executions"]
-    }:
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
-
-
 def _turn(server: ServerProcess, body: dict[str, Any]) -> httpx.Response:
     with server.client(timeout=60) as client:
         return client.post("/api/task", json=body)
@@ -78,7 +69,7 @@ def test_a_late_subscriber_gets_every_event_in_order_and_no_secret(
     body = {"message": f"{echo}\n@sleep 1.5\n{echo}", "execution_id": "watched"}
     with ThreadPoolExecutor(1) as pool:
         turn = pool.submit(_turn, server, body)
-        _wait_listed(server, "watched")
+        wait_listed(server, "watched")
         time.sleep(0.5)  # the first echo is history by now
         assert not turn.done()
         with (
@@ -116,7 +107,7 @@ def test_the_stream_route_is_trinitys_shape(server: ServerProcess) -> None:
     """`…/stream`: the same lines unnamed, the terminal, then `stream_end`."""
     with ThreadPoolExecutor(1) as pool:
         turn = pool.submit(_turn, server, {"message": "@sleep 1", "execution_id": "streamed"})
-        _wait_listed(server, "streamed")
+        wait_listed(server, "streamed")
         with (
             server.client(timeout=60) as client,
             client.stream("GET", "/api/executions/streamed/stream") as response,

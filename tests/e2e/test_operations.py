@@ -13,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from agent_server import __version__
 from tests.conftest import SecretRegistry
 from tests.e2e.conftest import TurnServers
+from tests.support.contract import CLAUDE_TURN_OPTIONS, CODEX_TURN_OPTIONS
 from tests.support.server import CONTROLLER_TOKEN, ServerProcess
 
 RELOAD = "/api/credentials/reload-token"
@@ -154,15 +155,7 @@ def test_health_of_a_ready_claude_agent(turn_servers: TurnServers) -> None:
         "auth": "token",
         "capabilities": {
             "auth_override": ["oauth_token", "api_key", "provider"],
-            "turn_options": [
-                "model",
-                "system_prompt",
-                "allowed_tools",
-                "max_turns",
-                "resume_session_id",
-                "persist_session",
-                "images",
-            ],
+            "turn_options": CLAUDE_TURN_OPTIONS,
             "reload_token": True,
             "credential_status": True,
         },
@@ -196,7 +189,7 @@ def test_health_of_a_codex_agent_offers_no_auth_override(turn_servers: TurnServe
     body = response.json()
     assert body["runtime"] == "codex"
     assert body["capabilities"]["auth_override"] == []
-    assert body["capabilities"]["turn_options"] == ["model", "resume_session_id", "persist_session"]
+    assert body["capabilities"]["turn_options"] == CODEX_TURN_OPTIONS
     assert CONTROLLER_TOKEN not in response.text
 
 

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from tests.conftest import SecretRegistry
-from tests.e2e.conftest import ProcessProbe, TurnServers
+from tests.e2e.conftest import ProcessProbe, TurnServers, wait_listed
 from tests.support.server import ServerProcess
 
 KILL_GRACE_S = 3  # the runner's SIGTERM -> SIGKILL grace
@@ -27,19 +27,6 @@ def post(server: ServerProcess, body: dict[str, Any]) -> httpx.Response:
     """POST a task with the controller token."""
     with server.client(timeout=90) as client:
         return client.post("/api/task", json=body)
-
-
-def wait_running(server: ServerProcess, execution_id: str) -> None:
-    """Wait until the server lists `execution_id` as running."""
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        with server.client() as client:
-            listing = client.get("/api/executions/running").json()
-        if execution_id in {e["execution_id"] for e in listing["executions"]}:
-            return
-        time.sleep(0.02)
-    msg = f"{execution_id} never ran"
-    raise AssertionError(msg)
 
 
 def sigterm(server: ServerProcess) -> float:
@@ -67,7 +54,7 @@ def test_a_turn_shorter_than_the_grace_finishes_and_answers(
     )
     with ThreadPoolExecutor(1) as pool:
         turn = pool.submit(post, server, {"message": "@sleep 2", "execution_id": "short-1"})
-        wait_running(server, "short-1")
+        wait_listed(server, "short-1")
         sent = sigterm(server)
         time.sleep(0.5)
         with pytest.raises(httpx.TransportError):

@@ -28,6 +28,7 @@ import pytest
 
 from agent_server.client_limits import HEADER_TIMEOUT_S, ClientLimits, connection_cap
 from tests.e2e.conftest import TurnServers
+from tests.support.raw_client import close, trickle, until_closed
 from tests.support.server import CONTROLLER_TOKEN, ServerProcess
 
 pytestmark = pytest.mark.timeout(120)
@@ -66,23 +67,6 @@ class Closed:
     answer: bytes
 
 
-async def _until_closed(reader: asyncio.StreamReader) -> bytes:
-    data = b""
-    with contextlib.suppress(ConnectionResetError):
-        async with asyncio.timeout(BODY_S + 10):
-            while chunk := await reader.read(65536):
-                data += chunk
-    return data
-
-
-async def _trickle(writer: asyncio.StreamWriter) -> None:
-    with contextlib.suppress(ConnectionError):
-        while True:
-            await asyncio.sleep(TRICKLE_EVERY_S)
-            writer.write(b"x")
-            await writer.drain()
-
-
 async def slowloris(port: int, kind: str) -> Closed:
     """`headers`, `body-trickle` or `body-stall`: hold a connection until the server closes it.
 
@@ -95,17 +79,17 @@ async def slowloris(port: int, kind: str) -> Closed:
     await writer.drain()
     if kind != "headers":
         started = time.monotonic()
-    sending = asyncio.ensure_future(_trickle(writer) if kind != "body-stall" else asyncio.sleep(60))
+    sending = asyncio.ensure_future(
+        trickle(writer, TRICKLE_EVERY_S) if kind != "body-stall" else asyncio.sleep(60)
+    )
     try:
-        answer = await _until_closed(reader)
+        answer = await until_closed(reader, within=BODY_S + 10)
         return Closed(kind, time.monotonic() - started, answer)
     finally:
         sending.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await sending
-        writer.close()
-        with contextlib.suppress(ConnectionError):
-            await writer.wait_closed()
+        await close(writer)
 
 
 async def attack(port: int) -> list[Closed]:

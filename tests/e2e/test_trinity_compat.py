@@ -9,7 +9,6 @@ queued chat its watchdog can see and stop, and refusals with the whole error bod
 from __future__ import annotations
 
 import secrets
-import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -18,7 +17,7 @@ import httpx
 import pytest
 
 from tests.conftest import SecretRegistry
-from tests.e2e.conftest import TurnServers
+from tests.e2e.conftest import TurnServers, wait_listed
 from tests.support import trinity
 from tests.support.contract import ERROR_DETAIL_KEYS
 from tests.support.images import ONE_IMAGE, data_fingerprint, image, png
@@ -147,18 +146,6 @@ def test_images_reach_the_model_as_image_blocks(
 # --- a queued chat: cleanup_service's watchdog -----------------------------------------
 
 
-def _wait_listed(server: ServerProcess, execution_id: str, state: str) -> dict[str, Any]:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        listed = server.get("/api/executions/running").json()
-        states = {e["execution_id"]: e["state"] for e in listed["executions"]}
-        if states.get(execution_id) == state:
-            return dict(listed)
-        time.sleep(0.05)
-    msg = f"{execution_id} never listed as {state}"
-    raise AssertionError(msg)
-
-
 def test_a_queued_chat_is_seen_by_the_watchdog_and_stops_without_running(
     servers: dict[str, ServerProcess], api: MessagesApiStandIn, secret_registry: SecretRegistry
 ) -> None:
@@ -172,9 +159,9 @@ def test_a_queued_chat_is_seen_by_the_watchdog_and_stops_without_running(
     api.hold()
     with server.client(timeout=90) as client, ThreadPoolExecutor(2) as pool:
         first: Future[httpx.Response] = pool.submit(client.post, "/api/chat", json=slow)
-        _wait_listed(server, slow["execution_id"], "running")
+        wait_listed(server, slow["execution_id"], state="running", timeout=30)
         second: Future[httpx.Response] = pool.submit(client.post, "/api/chat", json=waiting)
-        listed = _wait_listed(server, waiting["execution_id"], "queued")
+        listed = wait_listed(server, waiting["execution_id"], state="queued", timeout=30)
         assert waiting["execution_id"] in trinity.watchdog_known(listed)
         assert listed["pending_ids"] == [waiting["execution_id"]]
         stop = client.post(f"/api/executions/{waiting['execution_id']}/terminate")
@@ -203,7 +190,7 @@ def test_refusals_carry_the_whole_error_body(
     api.hold()
     with server.client(timeout=90) as client, ThreadPoolExecutor(1) as pool:
         running: Future[httpx.Response] = pool.submit(client.post, "/api/task", json=slow)
-        _wait_listed(server, slow["execution_id"], "running")
+        wait_listed(server, slow["execution_id"], state="running", timeout=30)
         again = client.post("/api/task", json={**slow, "message": "again"})
         other = _body(auth_override={"api_key": secret_registry.new("good")})
         busy = client.post("/api/chat", json=other)

@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from tests.conftest import SecretRegistry
-from tests.e2e.conftest import TurnServers
+from tests.e2e.conftest import TurnServers, wait_listed
 from tests.support.fake_claude import PROVIDER_SWITCHES
 from tests.support.messages_api import fingerprint
 from tests.support.server import ServerProcess
@@ -49,18 +49,6 @@ def running(server: ServerProcess) -> dict[str, Any]:
     assert response.status_code == 200, response.text
     result: dict[str, Any] = response.json()
     return result
-
-
-def wait_running(server: ServerProcess, *ids: str, timeout: float = 20) -> dict[str, Any]:
-    """Wait until every id in `ids` is listed as running; return the listing."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        listing = running(server)
-        if set(ids) <= {e["execution_id"] for e in listing["executions"]}:
-            return listing
-        time.sleep(0.02)
-    msg = f"{ids} never ran together: {running(server)}"
-    raise AssertionError(msg)
 
 
 def generation_and_fp(server: ServerProcess) -> tuple[int, str | None]:
@@ -398,7 +386,7 @@ def test_a_running_execution_id_is_409_and_a_finished_one_may_be_reissued(
         first = pool.submit(
             post, server, "/api/task", {"message": "@sleep 1.5", "execution_id": "walk-1"}
         )
-        listing = wait_running(server, "walk-1")
+        listing = wait_listed(server, "walk-1")
         (entry,) = [e for e in listing["executions"] if e["execution_id"] == "walk-1"]
         assert entry["auth_route"] == "baseline"
         assert entry["generation"] == generation_and_fp(server)[0]
@@ -434,7 +422,7 @@ def test_the_running_list_shows_an_override_turn(
             "/api/task",
             {"message": "@sleep 1", "execution_id": "listed-1", "auth_override": override},
         )
-        listing = wait_running(server, "listed-1")
+        listing = wait_listed(server, "listed-1")
         (entry,) = [e for e in listing["executions"] if e["execution_id"] == "listed-1"]
         assert entry["auth_route"] == "api_key"
         assert isinstance(entry["generation"], int)
@@ -464,7 +452,7 @@ def test_over_the_parallel_cap_is_409_busy_never_429(
             pool.submit(post, limited, "/api/task", {"message": "@sleep 1.5", "execution_id": i})
             for i in ("slot-1", "slot-2")
         ]
-        wait_running(limited, "slot-1", "slot-2")
+        wait_listed(limited, "slot-1", "slot-2")
         for path in ("/api/task", "/api/chat"):
             third = post(
                 limited,

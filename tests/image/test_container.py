@@ -9,7 +9,6 @@ module's turns, reloads and restart may have written.
 
 from __future__ import annotations
 
-import hashlib
 import subprocess
 import time
 import uuid
@@ -19,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from agent_server.credentials.state import fingerprint as server_fingerprint
 from tests.conftest import SecretRegistry
 from tests.image.conftest import (
     STATE_DIR,
@@ -32,11 +32,6 @@ from tests.support.messages_api import MessagesApiStandIn, cli_env, fingerprint
 OVERRIDE_FILE = f"{STATE_DIR}/oauth-token"
 # Values this module hands the container, for the file-system check at its end.
 GIVEN: dict[str, str] = {}
-
-
-def server_fingerprint(token: str) -> str:
-    """The server's fingerprint of a credential: `sha256:` + 12 hex digits."""
-    return "sha256:" + hashlib.sha256(token.encode()).hexdigest()[:12]
 
 
 @pytest.fixture(scope="module")

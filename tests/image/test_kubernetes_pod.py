@@ -11,13 +11,13 @@ must land in the manifest's state dir and be in effect after a restart.
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from agent_server.credentials.state import fingerprint
 from tests.conftest import SecretRegistry
 from tests.image.conftest import IMAGE, RUN_LABEL, Containers, Docker
 
@@ -89,6 +89,6 @@ def test_the_manifests_pod_persists_the_rotated_token_across_a_restart(
     docker.run("restart", "-t", "20", agent.name, timeout=90)
     agent.wait_serving()
     status = agent.request("GET", "/api/credentials/status").json()
-    expected = "sha256:" + hashlib.sha256(rotated.encode()).hexdigest()[:12]
+    expected = fingerprint(rotated)
     assert status["fingerprint"] == expected, status
     assert status["files"]["override_file"]["exists"] is True, status

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import hashlib
 import threading
 import time
 from collections.abc import Mapping
@@ -27,6 +26,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from tests.support.fake_cli import fingerprint
 from tests.support.thread_server import ThreadServer
 
 
@@ -115,7 +115,7 @@ class CallbackReceiver(ThreadServer):
     async def _result(self, request: Request) -> Response:
         authorization = request.headers.get("authorization", "")
         bearer = authorization[7:] if authorization.startswith("Bearer ") else None
-        fp = hashlib.sha256(bearer.encode()).hexdigest()[:12] if bearer else None
+        fp = fingerprint(bearer) if bearer else None
         try:
             body = await request.json()
         except ValueError:

@@ -40,3 +40,31 @@ def stray_controller_words(error_code: str | None, message: str) -> list[str]:
         for word in (*AUTH_INDICATORS, *MODEL_REJECTION_MARKERS)
         if word in lowered and word not in kept
     ]
+
+
+CLAUDE_TURN_OPTIONS = [
+    "model",
+    "system_prompt",
+    "allowed_tools",
+    "max_turns",
+    "resume_session_id",
+    "persist_session",
+    "images",
+]
+"""`capabilities.turn_options` of a Claude Code agent: every turn option (contract §6.1)."""
+
+CODEX_TURN_OPTIONS = ["model", "resume_session_id", "persist_session"]
+"""`capabilities.turn_options` of a Codex agent: no prompt, tools or turn cap (contract §6.1)."""
+
+FRAGMENT = 8
+"""No piece this long of a known secret may leave the server, redacted or clipped (§8)."""
+
+
+def pieces(secret: str) -> set[str]:
+    """Every FRAGMENT-character piece of `secret`."""
+    return {secret[i : i + FRAGMENT] for i in range(len(secret) - FRAGMENT + 1)}
+
+
+def leaked(secret: str, text: str) -> list[str]:
+    """The pieces of `secret` that occur in `text`, sorted."""
+    return sorted(piece for piece in pieces(secret) if piece in text)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import base64
-import hashlib
 import struct
 import zlib
 from typing import Any
+
+from tests.support.fake_cli import fingerprint
 
 
 def png(red: int = 255, green: int = 0, blue: int = 0) -> bytes:
@@ -29,7 +30,7 @@ def image(data: bytes, media_type: str = "image/png") -> dict[str, Any]:
 
 def data_fingerprint(entry: dict[str, Any]) -> str:
     """sha256-12 of an entry's base64 text: what the fake CLI and the stand-in report."""
-    return hashlib.sha256(entry["data"].encode()).hexdigest()[:12]
+    return fingerprint(entry["data"])
 
 
 ONE_IMAGE = image(png())

@@ -56,6 +56,27 @@ async def app_client(
         yield client
 
 
+def request(
+    services: Services,
+    method: str,
+    path: str,
+    *,
+    headers: Mapping[str, str] | None = None,
+    **kwargs: Any,
+) -> httpx.Response:
+    """One request to `create_app(services)` on a fresh event loop (see `app_client`).
+
+    `headers` replaces the controller token as `app_client`'s do; `kwargs` go to
+    `httpx.AsyncClient.request` (`json=`, `content=`, `params=`, ...).
+    """
+
+    async def scenario() -> httpx.Response:
+        async with app_client(services, headers=headers) as client:
+            return await client.request(method, path, **kwargs)
+
+    return asyncio.run(scenario())
+
+
 def cli_report(response: httpx.Response) -> dict[str, Any]:
     """The fake CLI's JSON report of what its spawn received (from a 200 turn answer)."""
     assert response.status_code == 200, response.text

@@ -16,7 +16,7 @@ from pydantic import SecretStr
 from agent_server.app import ENDPOINTS
 from agent_server.auth import EXEMPT_PATHS, ControllerAuth, resolve_controller_token
 from agent_server.services import Services
-from tests.support.in_process import TOKEN, app_client, fake_cli_services
+from tests.support.in_process import TOKEN, app_client, fake_cli_services, request
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -26,11 +26,7 @@ TOKEN_FILE = "agent-auth-token"
 
 
 def _get(services: Services, path: str, headers: dict[str, str]) -> httpx.Response:
-    async def scenario() -> httpx.Response:
-        async with app_client(services, headers=headers) as client:
-            return await client.get(path)
-
-    return asyncio.run(scenario())
+    return request(services, "GET", path, headers=headers)
 
 
 @pytest.mark.parametrize(

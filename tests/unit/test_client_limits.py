@@ -32,8 +32,9 @@ from agent_server.client_limits import (
     connection_cap,
     guarded_protocol,
 )
-from agent_server.config import Settings
 from agent_server.services import Services
+from tests.support.in_process import TOKEN, fake_cli_services, wait_until
+from tests.support.raw_client import close, trickle, until_closed
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -44,7 +45,8 @@ EARLY = 0.05
 SLACK = 0.6
 """How much later than its deadline a close may be seen on a busy 2-core machine."""
 LIMITS = ClientLimits(header_timeout_s=HEADER_S, body_timeout_s=BODY_S, max_connections=8)
-TOKEN = "unit-controller-token-0123456789"
+WITHIN_S = 2.0
+"""How long `wait_until` waits for a server-side change."""
 
 PARTIAL_HEAD = b"GET /slow HTTP/1.1\r\nHost: a\r\nX-Slow: "
 
@@ -131,39 +133,6 @@ def run(scenario: Callable[[], Coroutine[Any, Any, None]]) -> None:
     asyncio.run(scenario())
 
 
-async def until_closed(reader: asyncio.StreamReader, within: float) -> bytes:
-    """What the server sent before it closed the connection (fails after `within` s)."""
-    data = b""
-    with contextlib.suppress(ConnectionResetError):
-        async with asyncio.timeout(within):
-            while chunk := await reader.read(65536):
-                data += chunk
-    return data
-
-
-async def trickle(writer: asyncio.StreamWriter, every: float = 0.1) -> None:
-    """A byte every `every` seconds until cancelled or the connection breaks."""
-    with contextlib.suppress(ConnectionError):
-        while True:
-            await asyncio.sleep(every)
-            writer.write(b"a")
-            await writer.drain()
-
-
-async def close(writer: asyncio.StreamWriter) -> None:
-    """Close a client connection whatever state the server left it in."""
-    writer.close()
-    with contextlib.suppress(ConnectionError):
-        await writer.wait_closed()
-
-
-async def eventually(check: Callable[[], bool], within: float = 2.0) -> None:
-    """Wait until `check()` holds."""
-    async with asyncio.timeout(within):
-        while not check():
-            await asyncio.sleep(0.01)
-
-
 async def closed_while(
     reader: asyncio.StreamReader, writer: asyncio.StreamWriter, sending: Awaitable[None]
 ) -> tuple[float, bytes]:
@@ -201,7 +170,7 @@ def test_a_request_without_complete_headers_is_closed_at_the_header_deadline(sen
             elapsed, answer = await closed_while(reader, writer, trickle(writer))
             assert_at_deadline(elapsed, HEADER_S)
             assert answer == b""
-            await eventually(lambda: not served.state.connections)
+            await wait_until(lambda: not served.state.connections, WITHIN_S)
 
     run(scenario)
     assert app.received == []
@@ -261,7 +230,7 @@ def test_a_slow_body_is_closed_at_the_body_deadline_and_the_app_sees_a_disconnec
             elapsed, answer = await closed_while(reader, writer, sending)
             assert_at_deadline(elapsed, BODY_S)
             assert answer == b""
-            await eventually(lambda: not served.state.tasks)
+            await wait_until(lambda: not served.state.tasks, WITHIN_S)
 
     run(scenario)
     assert app.received[0] == "http.request"
@@ -340,7 +309,7 @@ def test_an_answer_leaves_in_one_write() -> None:
     async def scenario() -> None:
         async with serving(RecordingApp()) as served:
             reader, writer = await served.connect()
-            await eventually(lambda: bool(served.protocols))
+            await wait_until(lambda: bool(served.protocols), WITHIN_S)
             writes = record_writes(served.protocols[0].transport)
             for path in ("/one", "/two"):  # and again on the kept-alive connection
                 writer.write(head(path, length=2) + b"{}")
@@ -360,7 +329,7 @@ def test_a_large_answer_is_not_copied_into_one_write() -> None:
     async def scenario() -> None:
         async with serving(RecordingApp(answer=answer)) as served:
             reader, writer = await served.connect()
-            await eventually(lambda: bool(served.protocols))
+            await wait_until(lambda: bool(served.protocols), WITHIN_S)
             writes = record_writes(served.protocols[0].transport)
             writer.write(head("/big", length=2) + b"{}")
             assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200 ")
@@ -383,20 +352,20 @@ def test_the_app_phase_has_no_deadline_and_the_phases_follow_the_request() -> No
     async def scenario() -> None:
         async with serving(app) as served:
             reader, writer = await served.connect()
-            await eventually(lambda: len(served.protocols) == 1)
+            await wait_until(lambda: len(served.protocols) == 1, WITHIN_S)
             guard = served.protocols[0]
             assert guard.phase is Phase.HEADERS
             writer.write(head("/task", length=4) + b"ab")
-            await eventually(lambda: guard.phase is Phase.BODY)
+            await wait_until(lambda: guard.phase is Phase.BODY, WITHIN_S)
             writer.write(b"cd")
-            await eventually(lambda: guard.phase is Phase.APP)
+            await wait_until(lambda: guard.phase is Phase.APP, WITHIN_S)
             await asyncio.sleep(HEADER_S + BODY_S + 0.2)
             assert guard.phase is Phase.APP
             app.release.set()
             assert (await reader.readuntil(b"ok")).startswith(b"HTTP/1.1 200 ")
-            await eventually(lambda: guard.phase is Phase.HEADERS)
+            await wait_until(lambda: guard.phase is Phase.HEADERS, WITHIN_S)
             await close(writer)
-            await eventually(lambda: guard.phase is None)
+            await wait_until(lambda: guard.phase is None, WITHIN_S)
             assert not served.state.connections
 
     run(scenario)
@@ -412,7 +381,7 @@ def test_over_the_cap_a_new_connection_is_closed_at_once(caplog: pytest.LogCaptu
     async def scenario() -> None:
         async with serving(RecordingApp(), limits) as served:
             held = [await served.connect() for _ in range(3)]
-            await eventually(lambda: len(served.state.connections) == 3)
+            await wait_until(lambda: len(served.state.connections) == 3, WITHIN_S)
             for _ in range(4):
                 reader, writer = await served.connect()
                 writer.write(head("/health"))
@@ -424,7 +393,7 @@ def test_over_the_cap_a_new_connection_is_closed_at_once(caplog: pytest.LogCaptu
             assert len(served.state.connections) == 3
             _, first = held.pop()
             await close(first)
-            await eventually(lambda: len(served.state.connections) == 2)
+            await wait_until(lambda: len(served.state.connections) == 2, WITHIN_S)
             reader, writer = await served.connect()
             writer.write(head("/health"))
             assert (await reader.readuntil(b"ok")).startswith(b"HTTP/1.1 200 ")
@@ -455,10 +424,7 @@ def test_the_cap_follows_the_turn_slots(max_parallel: int, cap: int) -> None:
 @pytest.fixture
 def app_services(environ: dict[str, str]) -> Services:
     """Services of a Claude agent with a controller token, 70 turn slots."""
-    settings = Settings.from_environ(
-        {**environ, "TRINITY_AGENT_AUTH_TOKEN": TOKEN, "AGENT_SERVER_MAX_PARALLEL": "70"}
-    )
-    return Services.build(settings)
+    return fake_cli_services(environ, AGENT_SERVER_MAX_PARALLEL="70")
 
 
 def test_uvicorn_serves_through_the_guard(app_services: Services) -> None:
@@ -488,7 +454,7 @@ def test_the_real_app_ends_a_closed_body_quietly(
             elapsed, answer = await closed_while(reader, writer, asyncio.sleep(60))
             assert_at_deadline(elapsed, BODY_S)
             assert answer == b""
-            await eventually(lambda: not served.state.tasks)
+            await wait_until(lambda: not served.state.tasks, WITHIN_S)
 
     with caplog.at_level(logging.DEBUG):
         run(scenario)

@@ -17,6 +17,7 @@ from agent_server.execution.outcome import shape_message
 from agent_server.execution.pipes import StderrTail
 from agent_server.names import OutcomeKind
 from agent_server.redaction import Redactor
+from tests.support.contract import leaked
 
 PROPERTY = settings(
     max_examples=300,
@@ -25,20 +26,11 @@ PROPERTY = settings(
     database=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
-FRAGMENT = 8
 
 secret_text = st.text(
     alphabet=string.ascii_letters + string.digits + "-_.~+/=401", min_size=8, max_size=60
 )
 filler = st.text(alphabet=string.ascii_letters + " .,:;!?\t", max_size=700)
-
-
-def pieces(secret: str) -> set[str]:
-    return {secret[i : i + FRAGMENT] for i in range(len(secret) - FRAGMENT + 1)}
-
-
-def leaked(secret: str, text: str) -> list[str]:
-    return sorted(piece for piece in pieces(secret) if piece in text)
 
 
 def redactor_for(secret: str) -> Redactor:

@@ -15,16 +15,14 @@ import pytest
 from starlette.types import Message
 
 from agent_server.app import create_app
-from agent_server.config import Settings
 from agent_server.services import Services
-
-TOKEN = "unit-controller-token-0123456789"
+from tests.support.in_process import TOKEN, fake_cli_services
 
 
 @pytest.fixture
 def app_services(environ: dict[str, str]) -> Services:
     """Services of a Claude agent with a controller token."""
-    return Services.build(Settings.from_environ({**environ, "TRINITY_AGENT_AUTH_TOKEN": TOKEN}))
+    return fake_cli_services(environ)
 
 
 @pytest.mark.parametrize("path", ["/api/task", "/api/chat", "/api/credentials/reload-token"])

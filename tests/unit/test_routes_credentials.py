@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import stat
 from collections.abc import Callable
@@ -13,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
+from agent_server.credentials.state import fingerprint
 from agent_server.services import Services
 from tests.support.in_process import app_client, fake_cli_services
 
@@ -23,10 +23,6 @@ STATUS = "/api/credentials/status"
 BASELINE_OAUTH = "unit-baseline-oauth-0123456789"
 ROTATED = "unit-rotated-oauth-0123456789"
 DOTENV_KEY = "unit-dotenv-api-key-0123456789"
-
-
-def _fingerprint(value: str) -> str:
-    return "sha256:" + hashlib.sha256(value.encode()).hexdigest()[:12]
 
 
 @pytest.fixture
@@ -73,7 +69,7 @@ def test_a_reload_persists_swaps_and_answers_the_contract_body(services: Service
         "reloaded": True,
         "changed": True,
         "generation": services.store.current.generation,
-        "fingerprint": _fingerprint(ROTATED),
+        "fingerprint": fingerprint(ROTATED),
         "persisted": True,
         "env_shadow": [],
     }
@@ -255,7 +251,7 @@ def test_the_reloaded_token_is_masked_from_then_on(
     assert reload.status_code == 200
     assert quoted.json()["detail"]["message"] == "no execution [REDACTED]"
     (line,) = [m for m in caplog.messages if m.startswith("reload-token:")]
-    assert f"fingerprint={_fingerprint(ROTATED)}" in line
+    assert f"fingerprint={fingerprint(ROTATED)}" in line
     assert "changed=True" in line
     assert ROTATED not in caplog.text
 
@@ -297,7 +293,7 @@ def test_status_shows_the_next_spawns_credential_before_and_after_a_reload(
     }
     assert (first["agent_name"], first["runtime"]) == ("test-agent", "claude-code")
     assert (first["auth_mode"], first["guard_armed"]) == ("subscription", True)
-    assert first["fingerprint"] == _fingerprint(BASELINE_OAUTH)
+    assert first["fingerprint"] == fingerprint(BASELINE_OAUTH)
     assert first["files"] == {
         "env_file": str(env_file),
         "env_file_problem": None,
@@ -312,7 +308,7 @@ def test_status_shows_the_next_spawns_credential_before_and_after_a_reload(
     assert first["effective_auth"] == {
         "variable": "CLAUDE_CODE_OAUTH_TOKEN",
         "layer": "baseline",
-        "fingerprint": _fingerprint(BASELINE_OAUTH),
+        "fingerprint": fingerprint(BASELINE_OAUTH),
         "conflicts": [],
     }
     drift = {row["key"]: row for row in first["env_drift"]}
@@ -322,9 +318,9 @@ def test_status_shows_the_next_spawns_credential_before_and_after_a_reload(
     assert drift["ANTHROPIC_API_KEY"]["spawn_source"] is None
 
     assert second["generation"] == services.store.current.generation > first["generation"]
-    assert second["fingerprint"] == _fingerprint(ROTATED)
+    assert second["fingerprint"] == fingerprint(ROTATED)
     assert second["effective_auth"]["layer"] == "override"
-    assert second["effective_auth"]["fingerprint"] == _fingerprint(ROTATED)
+    assert second["effective_auth"]["fingerprint"] == fingerprint(ROTATED)
     override = second["files"]["override_file"]
     assert (override["exists"], override["mode"], override["size"]) == (True, "0600", len(ROTATED))
     for response in (before, after):

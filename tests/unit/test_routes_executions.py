@@ -23,6 +23,7 @@ from tests.support.in_process import (
     app_client,
     cli_report,
     fake_cli_services,
+    request,
     wait_until,
 )
 
@@ -47,11 +48,7 @@ def services(environ: dict[str, str]) -> Services:
 
 
 def _post(services: Services, path: str, body: dict[str, Any]) -> httpx.Response:
-    async def scenario() -> httpx.Response:
-        async with app_client(services) as client:
-            return await client.post(path, json=body)
-
-    return asyncio.run(scenario())
+    return request(services, "POST", path, json=body)
 
 
 def _contains(argv: list[str], fragment: list[str]) -> bool:

@@ -13,21 +13,19 @@ from prometheus_client.parser import text_string_to_metric_families
 from agent_server import __version__
 from agent_server.routes.health import runtime_available
 from agent_server.services import Services
-from tests.support.in_process import TOKEN, app_client, fake_cli_services, wait_until
+from tests.support.contract import CLAUDE_TURN_OPTIONS, CODEX_TURN_OPTIONS
+from tests.support.in_process import (
+    TOKEN,
+    app_client,
+    fake_cli_services,
+    request,
+    wait_until,
+)
 from tests.support.server import FAKE_CLAUDE
 
 pytestmark = pytest.mark.timeout(60)
 
 BASELINE_OAUTH = "unit-baseline-oauth-0123456789"
-ALL_TURN_OPTIONS = [
-    "model",
-    "system_prompt",
-    "allowed_tools",
-    "max_turns",
-    "resume_session_id",
-    "persist_session",
-    "images",
-]
 
 
 def _executable(path: Path, mode: int = 0o755) -> Path:
@@ -70,11 +68,7 @@ def test_runtime_available(bin_dir: Path, command: str, available: bool) -> None
 
 
 def _health(services: Services) -> httpx.Response:
-    async def scenario() -> httpx.Response:
-        async with app_client(services, headers={}) as client:
-            return await client.get("/health")
-
-    return asyncio.run(scenario())
+    return request(services, "GET", "/health", headers={})
 
 
 def test_a_ready_claude_agent_is_ok(environ: dict[str, str]) -> None:
@@ -92,7 +86,7 @@ def test_a_ready_claude_agent_is_ok(environ: dict[str, str]) -> None:
         "auth": "token",
         "capabilities": {
             "auth_override": ["oauth_token", "api_key", "provider"],
-            "turn_options": ALL_TURN_OPTIONS,
+            "turn_options": CLAUDE_TURN_OPTIONS,
             "reload_token": True,
             "credential_status": True,
         },
@@ -135,13 +129,13 @@ def test_insecure_mode_says_so(environ: dict[str, str]) -> None:
         pytest.param(
             "claude-code",
             ["oauth_token", "api_key", "provider"],
-            ALL_TURN_OPTIONS,
+            CLAUDE_TURN_OPTIONS,
             id="claude code takes every override and every option",
         ),
         pytest.param(
             "codex",
             [],
-            ["model", "resume_session_id", "persist_session"],
+            CODEX_TURN_OPTIONS,
             id="codex takes no Claude credential, no prompt, tools or turn cap",
         ),
         pytest.param(

@@ -13,7 +13,7 @@ from starlette.requests import Request
 
 from agent_server.errors import PayloadTooLarge, RequestInvalid
 from agent_server.routes.requests import MAX_BODY_BYTES, parse_json
-from tests.support.in_process import app_client, fake_cli_services
+from tests.support.in_process import fake_cli_services, request
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -158,13 +158,7 @@ def test_a_body_over_the_limit_is_refused_before_it_is_all_read() -> None:
 
 
 def _post(environ: dict[str, str], path: str, body: Any) -> httpx.Response:
-    services = fake_cli_services(environ)
-
-    async def scenario() -> httpx.Response:
-        async with app_client(services) as client:
-            return await client.post(path, json=body)
-
-    return asyncio.run(scenario())
+    return request(fake_cli_services(environ), "POST", path, json=body)
 
 
 @pytest.mark.parametrize(

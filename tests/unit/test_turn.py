@@ -4,40 +4,27 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from pathlib import Path
 
 import pytest
 from pydantic import SecretStr
 
-from agent_server.config import Settings
 from agent_server.errors import RequestInvalid
 from agent_server.execution.ask import TurnAsk
 from agent_server.names import AUTH_OVERRIDE_HEADER
 from agent_server.services import Services
 from agent_server.turn_models import AuthOverride
-from tests.support.server import FAKE_CLAUDE
+from tests.conftest import agent_environ
+from tests.support.in_process import fake_cli_services
 
 pytestmark = pytest.mark.timeout(60)
 
 
 def services_for(tmp_path: Path, **extra: str) -> Services:
-    """Services of a server whose runtime command is the fake CLI."""
-    home = tmp_path / "home"
-    (home / "work").mkdir(parents=True, exist_ok=True)
-    environ = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": str(home),
-        "AGENT_SERVER_STATE_DIR": str(tmp_path / "state"),
-        "AGENT_SERVER_ENV_FILE": str(home / ".env"),
-        "AGENT_SERVER_WORKDIR": str(home / "work"),
-        "AGENT_SERVER_RUNTIME_COMMAND": str(FAKE_CLAUDE),
-        "TRINITY_AGENT_AUTH_TOKEN": "unit-controller-token-0001",
-        "CLAUDE_CODE_OAUTH_TOKEN": "unit-baseline-oauth-0001",
-        "IS_SANDBOX": "1",
-        **extra,
-    }
-    return Services.build(Settings.from_environ(environ))
+    """Services of a server whose runtime command is the fake CLI, with a baseline token."""
+    return fake_cli_services(
+        agent_environ(tmp_path), CLAUDE_CODE_OAUTH_TOKEN="unit-baseline-oauth-0001", **extra
+    )
 
 
 def test_a_runtime_without_override_support_ignores_it(

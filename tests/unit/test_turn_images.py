@@ -4,7 +4,6 @@ image blocks of one stream-json user message; a runtime that cannot take them re
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 from typing import Any
@@ -17,7 +16,7 @@ from agent_server.runtimes.claude_code import ClaudeCodeAdapter
 from agent_server.services import Services
 from agent_server.turn_models import MAX_IMAGE_BYTES, MAX_IMAGES, MAX_IMAGES_BYTES
 from tests.support.images import ONE_IMAGE, data_fingerprint, image, png
-from tests.support.in_process import app_client, cli_report, fake_cli_services
+from tests.support.in_process import cli_report, fake_cli_services, request
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -25,11 +24,7 @@ BLUE = image(png(0, 0, 255), "image/png")
 
 
 def _post(services: Services, path: str, body: dict[str, Any]) -> httpx.Response:
-    async def scenario() -> httpx.Response:
-        async with app_client(services) as client:
-            return await client.post(path, json=body)
-
-    return asyncio.run(scenario())
+    return request(services, "POST", path, json=body)
 
 
 @pytest.fixture
