@@ -125,8 +125,11 @@ def read_json_file(path: Path, max_bytes: int) -> dict[str, Any] | None:
         st = os.fstat(handle.fileno())
         if not stat.S_ISREG(st.st_mode) or st.st_size > max_bytes:
             return None
+        data = handle.read(max_bytes + 1)  # bounded: the file may have grown since fstat
+        if len(data) > max_bytes:
+            return None
         try:
-            value = json.loads(handle.read())
+            value = json.loads(data)
         except ValueError:
             return None
     return value if isinstance(value, dict) else None

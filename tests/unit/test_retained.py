@@ -313,3 +313,20 @@ def test_a_value_json_cannot_hold_leaves_no_file(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="JSON compliant"):
         write_json_file(tmp_path / "r.json", {"a": list(range(600)), "b": float("nan")})
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_record_never_reads_past_its_limit(tmp_path: Path, monkeypatch: Any) -> None:
+    """The bound holds for the bytes read, not only for the size fstat saw: a file that
+    grew after it (here: fstat reports it small) is refused."""
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"a": "x" * 100}))
+    assert read_json_file(path, 50) is None
+    real_fstat = os.fstat
+
+    def fstat_before_growth(fd: int) -> Any:
+        st = real_fstat(fd)
+        return os.stat_result((*st[:6], 10, *st[7:10]))  # st_size = 10
+
+    monkeypatch.setattr("agent_server.secret_file.os.fstat", fstat_before_growth)
+    assert read_json_file(path, 50) is None
+    assert read_json_file(path, 10**6) is not None
