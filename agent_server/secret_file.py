@@ -30,9 +30,9 @@ class UnsafeLocation(OSError):
     """The target is a symlink, or the state dir is writable by group or others."""
 
 
-def write_secret_file(path: Path, value: str | Iterable[str]) -> None:
+def write_secret_file(path: Path, value: str | Iterable[str]) -> int:
     """Write `value` (a text, or its pieces) to `path` crash-safely at mode 0600,
-    whatever the umask.
+    whatever the umask; return the bytes written.
 
     Raises OSError (UnsafeLocation for a symlinked target or an open state dir) or
     what making the pieces raised; on any failure the target is untouched and no temp
@@ -44,12 +44,14 @@ def write_secret_file(path: Path, value: str | Iterable[str]) -> None:
         raise UnsafeLocation(msg)
     tmp = path.with_name(f"{path.name}.tmp.{secrets.token_hex(8)}")
     fd = os.open(tmp, _CREATE_FLAGS, 0o600)
+    written = 0
     try:
         try:
             os.fchmod(fd, 0o600)  # the mode at creation already is; keep it explicit
             for piece in (value,) if isinstance(value, str) else value:
                 for start in range(0, len(piece), _CHUNK_CHARS):  # never a whole copy
                     view = memoryview(piece[start : start + _CHUNK_CHARS].encode())
+                    written += len(view)
                     while view:
                         view = view[os.write(fd, view) :]
             os.fsync(fd)
@@ -61,11 +63,12 @@ def write_secret_file(path: Path, value: str | Iterable[str]) -> None:
             os.unlink(tmp)
         raise
     _fsync_dir(path.parent)
+    return written
 
 
-def write_json_file(path: Path, value: Any) -> None:
+def write_json_file(path: Path, value: Any) -> int:
     """`write_secret_file` of `value` as compact JSON, made and written in pieces."""
-    write_secret_file(path, json_chunks(value))
+    return write_secret_file(path, json_chunks(value))
 
 
 def json_chunks(value: Any) -> Iterator[str]:

@@ -1,9 +1,10 @@
 """Where a turn's terminal answer goes besides its HTTP answer (contract §6.6, §6.8).
 
 Every terminal answer becomes an envelope, redacted like the answer itself, and is
-retained on disk in the background. An async turn's envelope is also persisted as
-pending and delivered to the controller. File work runs in threads; nothing here
-can fail a turn.
+retained on disk in the background, by one thread of its own: records are written
+one after another, and the loop shares the GIL and the CPUs with that one thread
+however many turns end at once. An async turn's envelope is also persisted as
+pending and delivered to the controller. Nothing here can fail a turn.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from agent_server.execution.callback import CallbackSender
@@ -39,6 +41,7 @@ class Results:
         self.metrics = metrics
         self.callbacks = callbacks
         self._tasks: set[asyncio.Task[None]] = set()
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="retention")
 
     def settle(
         self,
@@ -94,6 +97,7 @@ class Results:
             await asyncio.wait(set(self._tasks), timeout=budget_s)
         for task in list(self._tasks):
             task.cancel()
+        self._writer.shutdown(wait=False, cancel_futures=True)
         if self.callbacks is not None:
             await self.callbacks.close(max(0.0, deadline - time.monotonic()))
 
@@ -102,7 +106,7 @@ class Results:
             self.retained.keep(execution_id, self._ready(envelope))
 
         try:
-            await asyncio.to_thread(keep)
+            await asyncio.get_running_loop().run_in_executor(self._writer, keep)
         except (OSError, ValueError) as exc:
             self.metrics.retention_failures.inc()
             logger.warning(

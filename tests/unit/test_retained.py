@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from agent_server.execution import retained
 from agent_server.execution.envelope import (
     MAX_RESPONSE_CHARS,
     TRINITY_CODES,
@@ -170,14 +171,51 @@ def test_an_id_that_could_name_a_path_is_never_used(
     assert [p.name for p in store.directory.iterdir()] == ["e-1.json"]
 
 
-def test_an_expired_record_is_gone(store: RetainedResults) -> None:
-    """Past the TTL a record reads as unknown and the next write deletes it."""
+def test_an_expired_record_is_gone_with_the_next_write(tmp_path: Path) -> None:
+    """Past the TTL a record reads as unknown, and the next write deletes it."""
+    tmp_path.chmod(0o700)
+    store = RetainedResults(tmp_path / "results", ttl_s=0.2)
+    store.keep("old", bound_log(_success("old")))
+    time.sleep(0.4)
+    assert store.get("old") is None
+    store.keep("new", bound_log(_success("new")))
+    assert sorted(p.name for p in store.directory.iterdir()) == ["new.json"]
+
+
+def test_a_record_aged_behind_the_store_goes_at_the_next_listing(
+    store: RetainedResults, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store trusts what it wrote for `RELIST_S`, then lists the directory again:
+    a record whose file is older than it knew goes then."""
     store.keep("old", bound_log(_success("old")))
     past = time.time() - store.ttl_s - 1
     os.utime(store.directory / "old.json", (past, past))
     assert store.get("old") is None
     store.keep("new", bound_log(_success("new")))
-    assert sorted(p.name for p in store.directory.iterdir()) == ["new.json"]
+    assert (store.directory / "old.json").exists()  # not listed yet
+    monkeypatch.setattr(retained, "RELIST_S", 0.0)
+    store.keep("newer", bound_log(_success("newer")))
+    assert sorted(p.name for p in store.directory.iterdir()) == ["new.json", "newer.json"]
+
+
+def test_records_written_behind_the_store_count_from_the_next_listing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Files another process put there, or took away, are learnt at the next listing;
+    the count holds from then on."""
+    tmp_path.chmod(0o700)
+    store = RetainedResults(tmp_path / "results", max_results=3)
+    store.keep("e-0", bound_log(_success("e-0")))
+    (store.directory / "e-0.json").unlink()  # taken away: never an error
+    past = time.time() - 10
+    for index in (1, 2, 3):
+        (store.directory / f"x-{index}.json").write_text("{}")
+        os.utime(store.directory / f"x-{index}.json", (past + index, past + index))
+    store.keep("e-4", bound_log(_success("e-4")))
+    assert len(list(store.directory.iterdir())) == 4  # not listed yet
+    monkeypatch.setattr(retained, "RELIST_S", 0.0)
+    store.keep("e-5", bound_log(_success("e-5")))
+    assert sorted(p.name for p in store.directory.iterdir()) == ["e-4.json", "e-5.json", "x-3.json"]
 
 
 def test_the_oldest_go_past_the_count(tmp_path: Path) -> None:
