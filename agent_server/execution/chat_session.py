@@ -23,6 +23,27 @@ class ChatSession:
         self.path = path
         self.lock = asyncio.Lock()
 
+    async def acquire_unless(self, cancel: asyncio.Event) -> bool:
+        """Take the chat's turn, unless `cancel` is set first: True if taken (then the
+        caller must `release` it)."""
+        acquire = asyncio.ensure_future(self.lock.acquire())
+        stopped = asyncio.ensure_future(cancel.wait())
+        try:
+            await asyncio.wait({acquire, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopped.cancel()
+            if not acquire.done():
+                acquire.cancel()
+        taken = acquire.done() and not acquire.cancelled()
+        if taken and cancel.is_set():
+            self.lock.release()  # both at once: a terminate wins over a late start
+            return False
+        return taken
+
+    def release(self) -> None:
+        """Let the next chat turn run."""
+        self.lock.release()
+
     def current(self) -> str | None:
         """The session id to resume, or None before the first chat turn."""
         try:

@@ -53,15 +53,15 @@ class Results:
         elapsed_ms: int,
     ) -> dict[str, Any]:
         """The envelope of a terminal answer (not yet redacted: `send` and the retention
-        do it, in a thread); its retention starts in the background.
+        do it, in a thread); its retention starts at the loop's next step.
 
-        Nothing of it is done in front of the HTTP answer: the answer is serialised in
-        this step of the loop, the envelope's redaction and file in the next ones.
+        Nothing of it is done in front of the HTTP answer: the answer is serialised and
+        written in this step of the loop, the envelope's redaction and file after it.
         """
         envelope = envelope_of(
             execution_id, status, body, auth_route=auth_route, elapsed_ms=elapsed_ms
         )
-        self.background(self._retain(execution_id, envelope))
+        asyncio.get_running_loop().call_soon(self._start_retention, execution_id, envelope)
         return envelope
 
     async def send(self, envelope: dict[str, Any], deadline: float) -> None:
@@ -93,6 +93,7 @@ class Results:
         """Let retention and deliveries in flight finish within `budget_s`, then stop them
         (an undelivered result stays pending for the next start)."""
         deadline = time.monotonic() + budget_s
+        await asyncio.sleep(0)  # a retention `settle` scheduled starts first
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=budget_s)
         for task in list(self._tasks):
@@ -100,6 +101,9 @@ class Results:
         self._writer.shutdown(wait=False, cancel_futures=True)
         if self.callbacks is not None:
             await self.callbacks.close(max(0.0, deadline - time.monotonic()))
+
+    def _start_retention(self, execution_id: str, envelope: dict[str, Any]) -> None:
+        self.background(self._retain(execution_id, envelope))
 
     async def _retain(self, execution_id: str, envelope: dict[str, Any]) -> None:
         def keep() -> None:

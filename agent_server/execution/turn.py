@@ -116,7 +116,8 @@ class TurnRunner:
     async def finish(
         self, turn: AcceptedTurn, client_gone: asyncio.Event | None = None
     ) -> TurnAnswer:
-        """Run an accepted turn to its answer; settle it (retained, progress closed)."""
+        """Run an accepted turn to its answer; settle it: its envelope now, and once the
+        answer has left, its retention, the end of its live events, metrics and log line."""
         execution, credential = turn.execution, turn.credential
         context = execution_id_var.set(execution.execution_id)
         linked = _link(client_gone, execution.cancel)
@@ -133,17 +134,8 @@ class TurnRunner:
             if credential.auth_route != "baseline":
                 answer.headers[AUTH_OVERRIDE_HEADER] = credential.auth_route
             self._settle(turn, answer.status, answer.body, answer.outcome.error_code)
-            self.metrics.turns.labels(
-                outcome=answer.outcome.error_code or answer.outcome.kind.value,
-                auth_route=credential.auth_route,
-            ).inc()
-            self.metrics.turn_seconds.observe(time.monotonic() - execution.started)
-            logger.info(
-                "turn finished: outcome=%s status=%s auth_route=%s generation=%s",
-                answer.outcome.kind.value,
-                answer.status,
-                credential.auth_route,
-                execution.generation,
+            asyncio.get_running_loop().call_soon(
+                self._count, turn, answer, time.monotonic() - execution.started
             )
             return answer
         finally:
@@ -156,29 +148,46 @@ class TurnRunner:
     def _settle(
         self, turn: AcceptedTurn, status: int, body: dict[str, Any], error_code: str | None
     ) -> None:
-        """The turn's envelope, retained; its live events end with the terminal."""
+        """The turn's envelope now; its retention, and the end of its live events, at the
+        loop's next step."""
         execution = turn.execution
-        turn.envelope = self.results.settle(
+        envelope = self.results.settle(
             execution.execution_id,
             status,
             body,
             auth_route=turn.credential.auth_route,
             elapsed_ms=int((time.monotonic() - execution.started) * 1000),
         )
-        execution.progress.close(
-            {
-                "execution_id": execution.execution_id,
-                "status": turn.envelope["status"],
-                "http_status": status,
-                "error_code": error_code,
-            }
+        turn.envelope = envelope
+        terminal = {
+            "execution_id": execution.execution_id,
+            "status": envelope["status"],
+            "http_status": status,
+            "error_code": error_code,
+        }
+        asyncio.get_running_loop().call_soon(execution.progress.close, terminal)
+
+    def _count(self, turn: AcceptedTurn, answer: TurnAnswer, seconds: float) -> None:
+        """A turn's metrics and its log line (the answer has left: nothing waits for them)."""
+        route = turn.credential.auth_route
+        outcome = answer.outcome
+        self.metrics.turns.labels(
+            outcome=outcome.error_code or outcome.kind.value, auth_route=route
+        ).inc()
+        self.metrics.turn_seconds.observe(seconds)
+        logger.info(
+            "turn finished: outcome=%s status=%s auth_route=%s generation=%s",
+            outcome.kind.value,
+            answer.status,
+            route,
+            turn.execution.generation,
         )
 
     async def _chat_turn(
         self, ask: TurnAsk, execution: Execution, credential: SpawnCredential, chat: ChatSession
     ) -> TurnAnswer:
         """Wait for the chat (or a terminate), then run on the chat's session."""
-        if not await _acquire_unless_cancelled(chat.lock, execution.cancel):
+        if not await chat.acquire_unless(execution.cancel):
             return self._never_started(execution, credential)
         try:
             state = self.store.current  # the credential in force now, not at acceptance
@@ -189,7 +198,7 @@ class TurnRunner:
                 chat.remember(answer.session_id)
             return answer
         finally:
-            chat.lock.release()
+            chat.release()
 
     def _never_started(self, execution: Execution, credential: SpawnCredential) -> TurnAnswer:
         """A queued turn stopped before it ran: cancelled (or killed by the shutdown)."""
@@ -356,23 +365,6 @@ def _link(source: asyncio.Event | None, target: asyncio.Event) -> asyncio.Task[N
             target.set()
 
     return asyncio.create_task(forward())
-
-
-async def _acquire_unless_cancelled(lock: asyncio.Lock, cancel: asyncio.Event) -> bool:
-    """Take `lock`, unless `cancel` is set first (then the lock is not held): True if taken."""
-    acquire = asyncio.ensure_future(lock.acquire())
-    stopped = asyncio.ensure_future(cancel.wait())
-    try:
-        await asyncio.wait({acquire, stopped}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        stopped.cancel()
-        if not acquire.done():
-            acquire.cancel()
-    taken = acquire.done() and not acquire.cancelled()
-    if taken and cancel.is_set():
-        lock.release()  # both at once: a terminate wins over a late start
-        return False
-    return taken
 
 
 def _as_turn_refusal(

@@ -41,6 +41,18 @@ def fake_cli_services(environ: Mapping[str, str], **extra: str) -> Services:
     return Services.build(Settings.from_environ({**defaults, **environ, **extra}))
 
 
+class _OverTheWire(httpx.ASGITransport):
+    """An answer reaches a real client at the earliest one step of the server's loop
+    after the app wrote it (it crosses a socket); here too. What the server does once
+    an answer has left (a turn's metrics, log line, retention) has then begun, as it
+    has for any request a real client sends after reading that answer."""
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await super().handle_async_request(request)
+        await asyncio.sleep(0)
+        return response
+
+
 @asynccontextmanager
 async def app_client(
     services: Services,
@@ -50,7 +62,7 @@ async def app_client(
 ) -> AsyncIterator[httpx.AsyncClient]:
     """A client of `create_app(services)`; it sends the controller token unless `headers`."""
     app = create_app(services.settings, services)
-    transport = httpx.ASGITransport(app=app, raise_app_exceptions=raise_app_exceptions)
+    transport = _OverTheWire(app=app, raise_app_exceptions=raise_app_exceptions)
     sent = HEADERS if headers is None else headers
     async with httpx.AsyncClient(transport=transport, base_url=BASE_URL, headers=sent) as client:
         yield client
