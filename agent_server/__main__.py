@@ -82,7 +82,7 @@ def serve(client_limits: ClientLimits | None = None) -> int:
 
 
 def uvicorn_config(app: ASGIApp, settings: Settings, limits: ClientLimits) -> uvicorn.Config:
-    """How uvicorn serves `app`: h11 with the slow-client guard, and the shutdown deadline."""
+    """How uvicorn serves `app`: httptools with the slow-client guard, and the shutdown deadline."""
     return uvicorn.Config(
         app,
         host=settings.host,

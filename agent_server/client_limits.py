@@ -1,4 +1,4 @@
-"""Slow clients are bounded (contract §8): uvicorn's h11 protocol with a deadline a phase.
+"""Slow clients are bounded (contract §8): uvicorn's httptools protocol with a deadline a phase.
 
 uvicorn closes an idle keep-alive connection (`timeout_keep_alive`), but that timer
 is cancelled by the first byte a client sends, and nothing bounds how long the
@@ -14,6 +14,10 @@ So each connection carries one timer, and is in one of three phases:
 - *body*: the headers are in, the body is not: `BODY_TIMEOUT_S` in all (a deadline,
   not an idle timeout, so a body trickled a byte at a time ends too).
 - *app*: the request is whole and the app runs (a turn may last an hour): no limit.
+
+A request's head is bounded in size too: the parser keeps a head until it is whole,
+so past `MAX_HEAD_BYTES` still incomplete it is a 400 and the connection closes
+(h11, which this protocol replaced for its speed, bounded it itself).
 
 Each answer also leaves in one write: uvicorn writes a response's head and its body
 separately, two TCP segments on a `TCP_NODELAY` socket, which wake the client twice.
@@ -35,7 +39,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, ClassVar, cast
 
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 logger = logging.getLogger("agent_server.client_limits")
 
@@ -47,6 +51,9 @@ MIN_CONNECTIONS = 256
 """The connection cap never goes below this."""
 CONNECTIONS_PER_TURN = 4
 """Connections allowed per turn slot: the turn's own, and the controller's other calls."""
+MAX_HEAD_BYTES = 64 * 1024
+"""A request head still incomplete past this many bytes is a 400 (one read more may be
+held: the read that started the head is not counted)."""
 
 
 def connection_cap(max_parallel: int) -> int:
@@ -83,8 +90,9 @@ class _CapState:
         self.refused = 0
 
 
-class GuardedH11Protocol(H11Protocol):
-    """uvicorn's h11 protocol with the header and body deadlines and the connection cap.
+class GuardedProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with the header and body deadlines, the head's size
+    bound and the connection cap.
 
     Use `guarded_protocol(limits)`: it binds the limits to a subclass of this.
     """
@@ -95,6 +103,8 @@ class GuardedH11Protocol(H11Protocol):
     _phase: Phase | None = None
     _timer: asyncio.TimerHandle | None = None
     _refused: bool = False
+    _head_open: bool = False
+    _head_bytes: int = 0
 
     @property
     def phase(self) -> Phase | None:
@@ -117,17 +127,35 @@ class GuardedH11Protocol(H11Protocol):
         self._enter(Phase.HEADERS)
 
     def data_received(self, data: bytes) -> None:
-        """uvicorn's, unless this connection was refused."""
-        if not self._refused:
-            super().data_received(data)
+        """uvicorn's (unless this connection was refused), then follow the request; a
+        head that grows past `MAX_HEAD_BYTES` unfinished is a 400."""
+        if self._refused:
+            return
+        open_before = self._head_open
+        super().data_received(data)
+        if self._head_open and open_before and not self.transport.is_closing():
+            self._head_bytes += len(data)
+            if self._head_bytes > MAX_HEAD_BYTES:
+                logger.info(
+                    "closed a connection from %s: a request head over %d bytes",
+                    _address(self.client),
+                    MAX_HEAD_BYTES,
+                )
+                self.send_400_response("Request headers too large.")
+        self._follow()
 
-    def handle_events(self) -> None:
-        """uvicorn's, then follow the request into its body or its app phase."""
-        super().handle_events()
+    def on_message_begin(self) -> None:
+        """uvicorn's; a head starts."""
+        super().on_message_begin()
+        self._head_open, self._head_bytes = True, 0
+
+    def on_headers_complete(self) -> None:
+        """uvicorn's (a request cycle starts), its writes held to leave in one."""
+        self._head_open = False
+        super().on_headers_complete()
         cycle = self.cycle
         if cycle is not None and not isinstance(cycle.transport, _OneWrite):
             cycle.transport = cast(asyncio.Transport, _OneWrite(cycle.transport, self.loop))
-        self._follow()
 
     def on_response_complete(self) -> None:
         """Write the answer; uvicorn's (it may start a pipelined request); the next deadline."""
@@ -245,12 +273,12 @@ def _address(client: tuple[str, int] | None) -> str:
     return f"{client[0]}:{client[1]}" if client else "an unknown client"
 
 
-def guarded_protocol(limits: ClientLimits) -> type[GuardedH11Protocol]:
+def guarded_protocol(limits: ClientLimits) -> type[GuardedProtocol]:
     """The protocol class to pass as `uvicorn.Config(http=...)`, bound to `limits`."""
     bound = limits
 
-    class BoundGuardedH11Protocol(GuardedH11Protocol):
+    class BoundGuardedProtocol(GuardedProtocol):
         limits = bound
         _cap = _CapState()
 
-    return BoundGuardedH11Protocol
+    return BoundGuardedProtocol

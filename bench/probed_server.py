@@ -11,7 +11,7 @@ machine) as a turn reaches each step. Two routes of this harness only (no auth):
   from inside the server process, and answers its marks and the CLI's stdout: what
   the server's process costs a spawn, apart from what its code does.
 
-    received     the first bytes of a request reach the h11 protocol
+    received     the first bytes of a request reach the HTTP protocol
     app          uvicorn calls the ASGI app (headers parsed, task scheduled)
     parsed       the body is read and validated (`parse_json` returned)
     env          the spawn env is built (`SpawnEnvBuilder.build` returned)
@@ -143,7 +143,7 @@ def take_marks() -> list[tuple[str, int]]:
 def install() -> None:
     """Wrap the hot path's functions with probes (this process only)."""
     from agent_server import app as app_module
-    from agent_server.client_limits import GuardedH11Protocol
+    from agent_server.client_limits import GuardedProtocol
     from agent_server.execution import runner, turn
     from agent_server.routes import executions
     from agent_server.spawn_env.builder import SpawnEnvBuilder
@@ -151,17 +151,17 @@ def install() -> None:
     create_app = app_module.create_app
     app_module.create_app = lambda *a, **k: _ProbesApp(create_app(*a, **k))  # type: ignore[assignment]
 
-    data_received = GuardedH11Protocol.data_received
+    data_received = GuardedProtocol.data_received
 
-    def probed_data_received(self: GuardedH11Protocol, data: bytes) -> None:
+    def probed_data_received(self: GuardedProtocol, data: bytes) -> None:
         if self.cycle is None or self.cycle.response_complete:
             mark("received")
         data_received(self, data)
 
-    GuardedH11Protocol.data_received = probed_data_received  # type: ignore[method-assign]
-    connection_made = GuardedH11Protocol.connection_made
+    GuardedProtocol.data_received = probed_data_received  # type: ignore[method-assign]
+    connection_made = GuardedProtocol.connection_made
 
-    def probed_connection_made(self: GuardedH11Protocol, transport: Any) -> None:
+    def probed_connection_made(self: GuardedProtocol, transport: Any) -> None:
         write = transport.write
 
         def probed_write(data: bytes) -> None:
@@ -174,7 +174,7 @@ def install() -> None:
         transport.write = probed_write
         connection_made(self, transport)
 
-    GuardedH11Protocol.connection_made = probed_connection_made  # type: ignore[method-assign]
+    GuardedProtocol.connection_made = probed_connection_made  # type: ignore[method-assign]
 
     executions.parse_json = _after_async("parsed", executions.parse_json)  # type: ignore[assignment]
     SpawnEnvBuilder.build = _after_async("env", SpawnEnvBuilder.build)  # type: ignore[method-assign]

@@ -53,7 +53,7 @@ def _server(label: str, start: str, end: str) -> Step:
 
 STEPS = (
     _server("request on the wire, server wakes", "sent", "received"),
-    _server("h11 parses headers, ASGI task starts", "received", "app"),
+    _server("headers parsed, ASGI task starts", "received", "app"),
     _server("auth, routing, body read and validated", "app", "parsed"),
     Step("turn bookkeeping, spawn env built", ("parsed", "env"), ("start", "fork")),
     _server("argv, exec-size check, up to fork", "env", "fork"),
@@ -68,8 +68,8 @@ STEPS = (
     _server("reap group, sweep, close pipes", "exited", "ended"),
     _server("classify, build the answer", "ended", "answering"),
     _server("redact and serialise the answer", "answering", "serialised"),
-    _server("starlette, access log, h11: first write", "serialised", "head"),
-    _server("h11: the answer's last write", "head", "written"),
+    _server("starlette, access log: first write", "serialised", "head"),
+    _server("the answer's last write", "head", "written"),
     Step("answer on the wire, client reads it", ("written", "done"), ("exited", "done")),
 )
 """The direct side has no HTTP: its only rows are the spawn's and the CLI's."""

@@ -1,7 +1,7 @@
 """The slow-client guard (contract §8): each phase's deadline, on a real loopback socket.
 
-Each test serves an ASGI app through the guarded h11 protocol on a real event loop
-and a real 127.0.0.1 socket, with deadlines of a fraction of a second, and plays
+Each test serves an ASGI app through the guarded protocol (uvicorn's httptools one) on
+a real event loop and a real 127.0.0.1 socket, with deadlines of a fraction of a second, and plays
 the client with asyncio streams: partial headers, a stalled or trickled body, a slow
 app, keep-alive, pipelining and the connection cap.
 """
@@ -26,8 +26,9 @@ from agent_server.app import create_app
 from agent_server.client_limits import (
     BODY_TIMEOUT_S,
     HEADER_TIMEOUT_S,
+    MAX_HEAD_BYTES,
     ClientLimits,
-    GuardedH11Protocol,
+    GuardedProtocol,
     Phase,
     connection_cap,
     guarded_protocol,
@@ -92,7 +93,7 @@ class Served:
 
     port: int
     state: ServerState
-    protocols: list[GuardedH11Protocol]
+    protocols: list[GuardedProtocol]
 
     async def connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         """A raw client connection."""
@@ -108,9 +109,9 @@ async def serving(app: ASGIApp, limits: ClientLimits = LIMITS) -> AsyncIterator[
     )
     config.load()
     state = ServerState()
-    protocols: list[GuardedH11Protocol] = []
+    protocols: list[GuardedProtocol] = []
 
-    def factory() -> GuardedH11Protocol:
+    def factory() -> GuardedProtocol:
         made = protocol(config=config, server_state=state, app_state={})
         protocols.append(made)
         return made
@@ -165,9 +166,12 @@ def test_a_request_without_complete_headers_is_closed_at_the_header_deadline(sen
     async def scenario() -> None:
         async with serving(app) as served:
             reader, writer = await served.connect()
-            if sends != "nothing":
+            if sends == "nothing":
+                sending: Awaitable[None] = asyncio.sleep(60)
+            else:
                 writer.write(PARTIAL_HEAD)
-            elapsed, answer = await closed_while(reader, writer, trickle(writer))
+                sending = trickle(writer)
+            elapsed, answer = await closed_while(reader, writer, sending)
             assert_at_deadline(elapsed, HEADER_S)
             assert answer == b""
             await wait_until(lambda: not served.state.connections, WITHIN_S)
@@ -194,6 +198,60 @@ def test_the_header_deadline_runs_again_after_each_response() -> None:
             assert answer == b""
 
     run(scenario)
+
+
+@pytest.mark.parametrize("where", ["the first request", "a pipelined request"])
+def test_a_head_that_keeps_growing_is_a_400_long_before_its_deadline(where: str) -> None:
+    """Header lines sent fast and never ended: a 400 once the head is past its bound,
+    not a buffer that grows until the deadline (the parser keeps a head until it is
+    whole). Behind a request the app is still running too."""
+    pipelined = where == "a pipelined request"
+    app = RecordingApp()
+    if pipelined:
+        app.release.clear()  # the first request's app runs on
+    line = b"X-Pad: " + b"p" * 1017 + b"\r\n"  # 1 KiB a header line
+
+    async def scenario() -> None:
+        async with serving(app) as served:
+            reader, writer = await served.connect()
+            if pipelined:
+                writer.write(head("/first"))
+                await wait_until(lambda: bool(app.received), WITHIN_S)
+            writer.write(b"GET /grows HTTP/1.1\r\nHost: a\r\n")
+
+            async def pad() -> None:
+                for _ in range(4 * MAX_HEAD_BYTES // len(line)):
+                    writer.write(line)
+                    await writer.drain()
+                    await asyncio.sleep(0.001)
+                await asyncio.sleep(60)
+
+            elapsed, answer = await closed_while(reader, writer, pad())
+            assert elapsed < HEADER_S, "closed at the deadline, not at the bound"
+            assert answer.startswith(b"HTTP/1.1 400 ")
+            assert answer.endswith(b"Request headers too large.")
+
+    run(scenario)
+    assert app.received == (["http.request"] if pipelined else [])  # /first's only
+
+
+def test_a_large_head_within_the_bound_is_served() -> None:
+    """Headers of half the bound, sent in pieces: served as usual."""
+    app = RecordingApp()
+    extra = "".join(f"X-Pad-{n}: {'p' * 1000}\r\n" for n in range(MAX_HEAD_BYTES // 2048))
+
+    async def scenario() -> None:
+        async with serving(app) as served:
+            reader, writer = await served.connect()
+            request = head("/big-head", extra=extra)
+            for start in range(0, len(request), 4096):
+                writer.write(request[start : start + 4096])
+                await writer.drain()
+            assert (await reader.readuntil(b"ok")).startswith(b"HTTP/1.1 200 ")
+            await close(writer)
+
+    run(scenario)
+    assert app.received == ["http.request"]
 
 
 def test_an_idle_kept_alive_connection_is_closed_at_the_header_deadline() -> None:
@@ -433,7 +491,7 @@ def test_uvicorn_serves_through_the_guard(app_services: Services) -> None:
     limits = ClientLimits.for_max_parallel(settings.max_parallel)
     config = uvicorn_config(create_app(settings, app_services), settings, limits)
     assert isinstance(config.http, type)
-    assert issubclass(config.http, GuardedH11Protocol)
+    assert issubclass(config.http, GuardedProtocol)
     assert config.http.limits == ClientLimits(HEADER_TIMEOUT_S, BODY_TIMEOUT_S, 280)
     assert config.ws == "none"
     assert config.loop == "asyncio", "uvloop refuses the SIGCHLD reaper: never 'auto'"
