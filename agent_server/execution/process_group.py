@@ -15,6 +15,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -313,18 +314,20 @@ def _needle(tag: str) -> bytes:
 
 
 def children_of_self() -> set[int]:
-    """Our own child pids (every thread's, since an adopted orphan may land on any)."""
+    """Our own child pids: those of the main thread and of the calling one.
+
+    /proc lists a process's children under the thread that forked it, or adopted
+    it. The kernel hands an orphan to its subreaper's first live thread, the main
+    one (`find_new_reaper`), and every spawn is forked by the event loop's thread,
+    which calls this; worker threads fork nothing. Two reads, not one a thread.
+    """
     children: set[int] = set()
-    try:
-        tasks = os.listdir("/proc/self/task")
-    except OSError:
-        return children
-    for task in tasks:
+    for thread in {os.getpid(), threading.get_native_id()}:
         try:
-            with open(f"/proc/self/task/{task}/children", "rb") as listing:
+            with open(f"/proc/self/task/{thread}/children", "rb") as listing:
                 children.update(int(pid) for pid in listing.read().split())
         except OSError:
-            continue  # a thread that just ended
+            continue  # no /proc
     return children
 
 
