@@ -127,6 +127,27 @@ class Redactor:
             return value
         return self._clean(value, matcher, 0)
 
+    def dumps(self, value: Any) -> bytes:
+        """`value` as compact UTF-8 JSON, cleaned as `clean` cleans it.
+
+        Usually one serialisation and one scan of its text, not a walk through every
+        value: JSON escapes a character at a time, so a secret in any string or key
+        shows in the text as one of the escaped forms the matcher holds (a token
+        shape as itself); a lone surrogate fails the text's encoding, a non-finite
+        number or a type JSON cannot spell the serialisation. Only then, or when a
+        match may span two strings or the nesting may be too deep, does `clean`
+        decide value by value (a key that is not a string is then spelt by `str`,
+        where JSON writes `true` or `null`: no answer has one).
+        """
+        matcher = self._current()
+        try:
+            text = _dumps(value)
+        except (TypeError, ValueError, RecursionError):
+            text = None
+        if text is None or _too_deep(value, text) or not _texts_clean([text], matcher):
+            text = _dumps(self._clean(value, matcher, 0))
+        return text.encode("utf-8")
+
     def _clean(self, value: Any, matcher: _Matcher, depth: int) -> Any:
         if isinstance(value, str):
             return self._clean_text(value, matcher)
@@ -166,6 +187,31 @@ class Redactor:
             if self._matcher is None:
                 self._matcher = _Matcher(self._pinned | self._dotenv | self._departed.keys())
             return self._matcher
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+_CONTAINERS = (dict, list, tuple)
+
+
+def _too_deep(value: Any, text: str) -> bool:
+    """True when `value`, whose JSON is `text`, nests containers past `MAX_CLEAN_DEPTH`
+    levels: never with fewer containers than that, otherwise found a level at a time."""
+    if text.count("[") + text.count("{") <= MAX_CLEAN_DEPTH:
+        return False
+    level = [value]
+    for _ in range(MAX_CLEAN_DEPTH):
+        level = [
+            child
+            for item in level
+            for child in (item.values() if isinstance(item, dict) else item)
+            if isinstance(child, _CONTAINERS)
+        ]
+        if not level:
+            return False
+    return True
 
 
 _BATCH_CHARS = 64 * 1024

@@ -8,7 +8,6 @@ numbers null, depth bounded. The JSON is then always valid, whatever a CLI print
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -27,11 +26,8 @@ def answer(
 ) -> Response:
     """A JSON answer of `body`, redacted and sanitised."""
     redactor: Redactor = request.app.state.redactor
-    content = json.dumps(
-        redactor.clean(body), ensure_ascii=False, allow_nan=False, separators=(",", ":")
-    )
     return Response(
-        content.encode("utf-8"),
+        redactor.dumps(body),
         status_code=status_code,
         headers=_headers(redactor, headers),
         media_type="application/json",

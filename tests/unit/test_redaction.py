@@ -7,6 +7,8 @@ import json
 import logging
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import SecretStr
 
 from agent_server.logs import JsonFormatter
@@ -197,3 +199,64 @@ def test_logging_filter_masks_arguments_and_tracebacks() -> None:
         logger.removeHandler(handler)
     assert SECRET not in stream.getvalue()
     assert stream.getvalue().count(MASK) == 2
+
+
+_SECRETS = ["plain-secret-value-1", 'pass"word-with-quote', "pässwörd-ümlaut", "123456789012"]
+_texts = st.one_of(
+    st.text(max_size=20),  # lone surrogates included
+    st.sampled_from(
+        [
+            *_SECRETS,
+            "x plain-secret-value-1 y",
+            "sk-ant-api03-Zz_9-x",
+            "Authorization: Bearer opaque.gw.tok",
+            "plain-secret",  # a secret's first half: the other may follow in the next text
+            "-value-1",
+        ]
+    ),
+)
+_json_like = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(10**15), max_value=10**15)
+    | st.sampled_from([123456789012, 1234567890123])
+    | st.floats()  # NaN and the infinities included
+    | _texts,
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.tuples(inner, inner)
+        | st.dictionaries(_texts, inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@given(value=_json_like)
+@settings(max_examples=400, deadline=None)
+def test_dumps_is_the_json_of_clean(value: object) -> None:
+    """`dumps` is exactly `clean` then `json.dumps`, found in one scan of the text
+    however the value hides a secret, a token, a surrogate or a non-finite number."""
+    redactor = Redactor()
+    redactor.add(_SECRETS)
+    expected = json.dumps(
+        redactor.clean(value), ensure_ascii=False, allow_nan=False, separators=(",", ":")
+    ).encode()
+    assert redactor.dumps(value) == expected
+
+
+@pytest.mark.parametrize("levels", [MAX_CLEAN_DEPTH - 1, MAX_CLEAN_DEPTH, MAX_CLEAN_DEPTH + 1])
+@pytest.mark.parametrize("shape", ["lists", "objects", "with strings of brackets beside"])
+def test_dumps_cuts_the_depth_where_clean_does(levels: int, shape: str) -> None:
+    """Around the depth bound, `dumps` and `clean` agree: nested too deep is cut."""
+    value: object = "leaf"
+    for level in range(levels):
+        if shape == "lists":
+            value = [value]
+        elif shape == "objects":
+            value = {"k": value}
+        else:
+            value = ["[[{{", value, "}]" * level]
+    redactor = Redactor()
+    expected = json.dumps(redactor.clean(value), ensure_ascii=False, separators=(",", ":"))
+    assert redactor.dumps(value) == expected.encode()
+    assert (TOO_DEEP in expected) is (levels > MAX_CLEAN_DEPTH)
