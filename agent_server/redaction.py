@@ -144,7 +144,7 @@ class Redactor:
             text = _dumps(value)
         except (TypeError, ValueError, RecursionError):
             text = None
-        if text is None or _too_deep(value, text) or not _texts_clean([text], matcher):
+        if text is None or _too_deep(value, text) or not _text_clean(text, matcher):
             text = _dumps(self._clean(value, matcher, 0))
         return text.encode("utf-8")
 
@@ -262,6 +262,18 @@ def _clean_already(value: Any, matcher: _Matcher) -> bool:
     return _texts_clean(texts, matcher)
 
 
+def _text_clean(text: str, matcher: _Matcher) -> bool:
+    """`_texts_clean` of one long text, a window of `_BATCH_CHARS` at a time: a whole
+    text's UTF-8 copies (the check's, the matcher's) would double a large answer.
+    Windows overlap by as much as a match can span, so none falls between two."""
+    overlap = max(matcher.longest, *map(len, _TOKEN_HINTS)) - 1
+    step = max(_BATCH_CHARS, overlap)
+    return all(
+        _texts_clean([text[start : start + step + overlap]], matcher)
+        for start in range(0, max(len(text), 1), step)
+    )
+
+
 def _texts_clean(texts: list[str], matcher: _Matcher) -> bool:
     """True when no secret form, token shape or lone surrogate is in any of `texts`."""
     joined = "\n".join(texts)
@@ -283,6 +295,8 @@ class _Matcher:
             forms.add(value)
             forms.add(json.dumps(value)[1:-1])  # `"` -> `\"`, é -> \u00e9
             forms.add(json.dumps(value, ensure_ascii=False)[1:-1])
+        self.longest = max(map(len, forms), default=0)
+        """The length of the longest form."""
         self._automaton = (
             ahocorasick_rs.AhoCorasick(
                 sorted(forms),

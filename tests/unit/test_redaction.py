@@ -12,7 +12,14 @@ from hypothesis import strategies as st
 from pydantic import SecretStr
 
 from agent_server.logs import JsonFormatter
-from agent_server.redaction import MASK, MAX_CLEAN_DEPTH, TOO_DEEP, RedactingFilter, Redactor
+from agent_server.redaction import (
+    _BATCH_CHARS,
+    MASK,
+    MAX_CLEAN_DEPTH,
+    TOO_DEEP,
+    RedactingFilter,
+    Redactor,
+)
 
 SECRET = "plain-secret-value-1"
 
@@ -260,3 +267,16 @@ def test_dumps_cuts_the_depth_where_clean_does(levels: int, shape: str) -> None:
     expected = json.dumps(redactor.clean(value), ensure_ascii=False, separators=(",", ":"))
     assert redactor.dumps(value) == expected.encode()
     assert (TOO_DEEP in expected) is (levels > MAX_CLEAN_DEPTH)
+
+
+@pytest.mark.parametrize("shift", range(-1, len(SECRET) + 1))
+def test_dumps_finds_a_secret_across_its_windows(shift: int) -> None:
+    """A long answer is scanned a window at a time: a secret on a window's edge, at
+    every offset, is masked all the same."""
+    redactor = Redactor()
+    redactor.add([SECRET])
+    prefix = len('{"a":"')
+    value = {"a": "x" * (_BATCH_CHARS - prefix - shift) + SECRET + "y" * 10}
+    dumped = redactor.dumps(value).decode()
+    assert SECRET not in dumped
+    assert json.loads(dumped) == {"a": "x" * (_BATCH_CHARS - prefix - shift) + MASK + "y" * 10}
