@@ -32,6 +32,8 @@ from typing import Any
 import ahocorasick_rs
 from pydantic import SecretStr
 
+from agent_server.secret_file import compact_json
+
 MASK = "[REDACTED]"
 MIN_SECRET_LENGTH = 8
 DEPARTED_LIMIT = 1024
@@ -141,11 +143,11 @@ class Redactor:
         """
         matcher = self._current()
         try:
-            text = _dumps(value)
+            text = compact_json(value)
         except (TypeError, ValueError, RecursionError):
             text = None
         if text is None or _too_deep(value, text) or not _text_clean(text, matcher):
-            text = _dumps(self._clean(value, matcher, 0))
+            text = compact_json(self._clean(value, matcher, 0))
         return text.encode("utf-8")
 
     def _clean(self, value: Any, matcher: _Matcher, depth: int) -> Any:
@@ -187,10 +189,6 @@ class Redactor:
             if self._matcher is None:
                 self._matcher = _Matcher(self._pinned | self._dotenv | self._departed.keys())
             return self._matcher
-
-
-def _dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
 _CONTAINERS = (dict, list, tuple)

@@ -78,23 +78,24 @@ def json_chunks(value: Any) -> Iterator[str]:
     if isinstance(value, dict):
         yield "{"
         for index, (key, item) in enumerate(value.items()):
-            yield ("," if index else "") + _dumps(str(key)) + ":"
+            yield ("," if index else "") + compact_json(str(key)) + ":"
             yield from json_chunks(item)
         yield "}"
     elif isinstance(value, list):
         yield "["
         start, batch = 0, 1
         while start < len(value):
-            piece = _dumps(value[start : start + batch])[1:-1]
+            piece = compact_json(value[start : start + batch])[1:-1]
             yield ("," if start else "") + piece
             start += batch
             batch = batch * 2 if len(piece) < _PIECE_CHARS else max(1, batch // 2)
         yield "]"
     else:
-        yield _dumps(value)
+        yield compact_json(value)
 
 
-def _dumps(value: Any) -> str:
+def compact_json(value: Any) -> str:
+    """`value` as the server writes JSON: compact, UTF-8 as it is, never NaN (ValueError)."""
     return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
