@@ -319,8 +319,14 @@ def children_of_self() -> set[int]:
     /proc lists a process's children under the thread that forked it, or adopted
     it. The kernel hands an orphan to its subreaper's first live thread, the main
     one (`find_new_reaper`), and every spawn is forked by the event loop's thread,
-    which calls this; worker threads fork nothing. Two reads, not one a thread.
+    which calls this; worker threads fork nothing. Two reads, not one a thread, and
+    none when the process has no child at all (the usual end of a turn): one
+    `waitid` tells, which collects nothing (`WNOWAIT`) and costs a tenth of them.
     """
+    try:
+        os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return set()
     children: set[int] = set()
     for thread in {os.getpid(), threading.get_native_id()}:
         try:

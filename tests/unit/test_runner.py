@@ -6,6 +6,7 @@ import asyncio
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import textwrap
 import threading
@@ -373,3 +374,31 @@ def test_the_pidfd_watcher_spawns_without_a_thread_per_child() -> None:
     assert threaded  # the baseline this test would otherwise not prove anything against
     assert with_pidfd == set()
     assert result.facts.exit_code == 3
+
+
+CHILDREN_OF_SELF = """
+    import os, subprocess, sys, time
+    from agent_server.execution.process_group import children_of_self
+
+    assert children_of_self() == set(), "no child yet"
+    child = subprocess.Popen([sys.argv[1], "30"])
+    assert children_of_self() == {child.pid}, "a running child"
+    child.kill()
+    while open(f"/proc/{child.pid}/stat").read().rpartition(")")[2].split()[0] != "Z":
+        time.sleep(0.01)
+    assert children_of_self() == {child.pid}, "a zombie child is still a child"
+    assert os.waitpid(child.pid, os.WNOHANG)[0] == child.pid, "and it was left to collect"
+    assert children_of_self() == set(), "none once it is collected"
+    print("ok")
+"""
+
+
+def test_children_of_self_lists_living_and_zombie_children_and_collects_none() -> None:
+    """The `waitid` that finds no child at all collects none (`WNOWAIT`).
+
+    In a fresh interpreter: pytest's process may have children of its own.
+    """
+    done = subprocess.run(
+        python(CHILDREN_OF_SELF, SLEEP), capture_output=True, text=True, timeout=20, check=False
+    )
+    assert done.stdout.strip() == "ok", done.stderr
