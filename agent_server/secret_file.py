@@ -48,7 +48,7 @@ def write_secret_file(path: Path, value: str | Iterable[str]) -> int:
     try:
         try:
             os.fchmod(fd, 0o600)  # the mode at creation already is; keep it explicit
-            for piece in (value,) if isinstance(value, str) else value:
+            for piece in (value,) if isinstance(value, str) else _batched(value):
                 for start in range(0, len(piece), _CHUNK_CHARS):  # never a whole copy
                     view = memoryview(piece[start : start + _CHUNK_CHARS].encode())
                     written += len(view)
@@ -64,6 +64,27 @@ def write_secret_file(path: Path, value: str | Iterable[str]) -> int:
         raise
     _fsync_dir(path.parent)
     return written
+
+
+def _batched(pieces: Iterable[str]) -> Iterator[str]:
+    """`pieces` joined into texts of about `_CHUNK_CHARS`: a write each, not one a piece
+    (a JSON value's pieces are often a few bytes). A piece that long is never copied."""
+    batch: list[str] = []
+    size = 0
+    for piece in pieces:
+        if len(piece) >= _CHUNK_CHARS:
+            if batch:
+                yield "".join(batch)
+                batch, size = [], 0
+            yield piece
+            continue
+        batch.append(piece)
+        size += len(piece)
+        if size >= _CHUNK_CHARS:
+            yield "".join(batch)
+            batch, size = [], 0
+    if batch:
+        yield "".join(batch)
 
 
 def write_json_file(path: Path, value: Any) -> int:

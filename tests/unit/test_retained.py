@@ -346,6 +346,32 @@ def test_a_large_log_is_written_in_pieces_and_read_back(tmp_path: Path) -> None:
     assert read_json_file(tmp_path / "r.json", 10**7) == record
 
 
+def test_a_record_of_small_pieces_is_written_in_few_writes(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """A record's many small pieces are written together, not a system call each; a
+    piece of a megabyte or more goes as it is, and the file is the record's JSON."""
+    writes: list[int] = []
+    write = os.write
+
+    def counted(fd: int, data: Any) -> int:
+        writes.append(len(data))
+        return write(fd, data)
+
+    monkeypatch.setattr(os, "write", counted)
+    record = {"execution_id": "e-1", "metadata": {f"k{i}": i for i in range(200)}}
+    write_json_file(tmp_path / "small.json", record)
+    assert len(writes) == 1
+    assert read_json_file(tmp_path / "small.json", 10**7) == record
+
+    writes.clear()
+    big = {"a": 1, "response": "x" * (3 << 20), "b": 2}
+    write_json_file(tmp_path / "big.json", big)
+    # `{"a":1,"response":`, the text's 3 MiB and 2 quotes a MiB at a time, `,"b":2}`
+    assert writes == [18, 1 << 20, 1 << 20, 1 << 20, 2, 7]
+    assert read_json_file(tmp_path / "big.json", 10**8) == big
+
+
 def test_a_value_json_cannot_hold_leaves_no_file(tmp_path: Path) -> None:
     """NaN fails the write part-way: no record, no temp file."""
     with pytest.raises(ValueError, match="JSON compliant"):
