@@ -27,6 +27,7 @@ import math
 import re
 import threading
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import ahocorasick_rs
@@ -129,7 +130,12 @@ class Redactor:
             return value
         return self._clean(value, matcher, 0)
 
-    def dumps(self, value: Any) -> bytes:
+    def serialise(self, value: Any) -> Serialised:
+        """`dumps(value)`, kept with the secrets it was cleaned of, to answer with later."""
+        matcher = self._current()
+        return Serialised(self._dumps(value, matcher), matcher)
+
+    def dumps(self, value: Any, earlier: Serialised | None = None) -> bytes:
         """`value` as compact UTF-8 JSON, cleaned as `clean` cleans it.
 
         Usually one serialisation and one scan of its text, not a walk through every
@@ -140,8 +146,16 @@ class Redactor:
         match may span two strings or the nesting may be too deep, does `clean`
         decide value by value (a key that is not a string is then spelt by `str`,
         where JSON writes `true` or `null`: no answer has one).
+
+        `earlier` is `serialise(value)` from before, `value` unchanged since: its bytes
+        are the answer while the redactor has learnt no secret since.
         """
         matcher = self._current()
+        if earlier is not None and earlier.matcher is matcher:
+            return earlier.data
+        return self._dumps(value, matcher)
+
+    def _dumps(self, value: Any, matcher: _Matcher) -> bytes:
         try:
             text = compact_json(value)
         except (TypeError, ValueError, RecursionError):
@@ -189,6 +203,16 @@ class Redactor:
             if self._matcher is None:
                 self._matcher = _Matcher(self._pinned | self._dotenv | self._departed.keys())
             return self._matcher
+
+
+@dataclass(frozen=True)
+class Serialised:
+    """A value's JSON from `Redactor.serialise`, and the matcher it was cleaned with: a
+    redactor that learns a secret builds a new matcher, so the same one means no new
+    secret since."""
+
+    data: bytes
+    matcher: _Matcher
 
 
 _CONTAINERS = (dict, list, tuple)

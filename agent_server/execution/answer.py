@@ -1,8 +1,9 @@
 """The HTTP answer of one turn: the success body, or the error body of contract §7.
 
 Its strings come from CLI output that was redacted as it arrived; the route renders
-the body through `Redactor.clean`, the one gate every answer passes. `error_detail`
-is the one place the §7 body's keys are written.
+the body through `Redactor.dumps`, the one gate every answer passes. The §7 body's
+keys are written here only: `error_detail` for a turn that ran, `turn_refusal` for
+one refused.
 """
 
 from __future__ import annotations
@@ -12,10 +13,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from agent_server.errors import ApiError
 from agent_server.execution.outcome import Outcome
 from agent_server.execution.resets import format_instant
 from agent_server.execution.transcript import Transcript
-from agent_server.names import AuthRoute, OutcomeKind
+from agent_server.names import AUTH_OVERRIDE_HEADER, AuthRoute, OutcomeKind
+from agent_server.redaction import Serialised
 from agent_server.runtimes.context import context_window_for
 from agent_server.runtimes.events import load_event
 from agent_server.runtimes.stream import TurnStream
@@ -31,6 +34,8 @@ class TurnAnswer:
     outcome: Outcome
     session_id: str | None
     headers: dict[str, str] = field(default_factory=dict)
+    serialised: Serialised | None = None
+    """The body's JSON, when it was made ahead (`body` is never changed after)."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,28 @@ class FinishedTurn:
     session_reset: bool = False
     chat: bool = False
     """An `/api/chat` turn: its answer carries the `session` context."""
+
+
+@dataclass(frozen=True)
+class Draft:
+    """A turn's answer made as its success result arrived, while its CLI exits.
+
+    An answer is made of what the stream said and of how the CLI ended, and the exit
+    follows the result event by milliseconds: drafted on the guess of a clean exit,
+    it is the answer when the exit gives the outcome and finished turn it guessed and
+    no line came after. Only its `timestamp` tells: the instant it was drafted.
+    """
+
+    lines: int
+    """Stdout lines read when it was drafted."""
+    turn: FinishedTurn
+    answer: TurnAnswer
+
+    def answers(self, outcome: Outcome, turn: FinishedTurn, lines: int) -> TurnAnswer | None:
+        """The drafted answer if it is the one of `outcome` and `turn`, else None."""
+        if lines == self.lines and outcome == self.answer.outcome and turn == self.turn:
+            return self.answer
+        return None
 
 
 def build_answer(outcome: Outcome, turn: FinishedTurn, now: datetime) -> TurnAnswer:
@@ -128,6 +155,23 @@ def error_detail(
         "metadata": metadata,
         "execution_log": execution_log,
     }
+
+
+def turn_refusal(refused: ApiError, execution_id: str | None, auth_route: AuthRoute) -> ApiError:
+    """A refusal of a turn (409 busy, 413 spawn_too_large, …) with the whole §7 body, and
+    the override header when the turn had one."""
+    refused.detail.update(
+        execution_id=execution_id,
+        auth_route=auth_route,
+        api_error_status=None,
+        resets_at=None,
+        rate_limit_type=None,
+        metadata=None,
+        execution_log=None,
+    )
+    if auth_route != "baseline":
+        refused.headers[AUTH_OVERRIDE_HEADER] = auth_route
+    return refused
 
 
 def retry_after_seconds(outcome: Outcome, now: datetime) -> int | None:

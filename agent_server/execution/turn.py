@@ -15,6 +15,7 @@ import contextlib
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,7 +24,13 @@ from typing import Any
 from agent_server.credentials.state import CredentialState, fingerprint
 from agent_server.credentials.store import CredentialStore
 from agent_server.errors import ApiError, RequestInvalid
-from agent_server.execution.answer import FinishedTurn, TurnAnswer, build_answer
+from agent_server.execution.answer import (
+    Draft,
+    FinishedTurn,
+    TurnAnswer,
+    build_answer,
+    turn_refusal,
+)
 from agent_server.execution.ask import AcceptedTurn, TurnAsk
 from agent_server.execution.chat_session import ChatSession
 from agent_server.execution.outcome import Outcome, cancelled, classify_outcome, shutdown_killed
@@ -48,12 +55,19 @@ from agent_server.spawn_env.per_spawn import SpawnCredential, spawn_credential
 
 logger = logging.getLogger("agent_server.turn")
 
+_CLEAN_EXIT = ProcessFacts(exit_code=0)
+"""How a CLI that printed its result usually ends: what a draft guesses."""
+
 
 @dataclass
 class _Attempt:
     stream: TurnStream
     facts: ProcessFacts
     transcript: Transcript
+    lines: int
+    """Stdout lines read: the stream and transcript are as they were at this count."""
+    session_reset: bool
+    draft: Draft | None = None
 
 
 @dataclass
@@ -109,7 +123,7 @@ class TurnRunner:
                 execution_id, credential.auth_route, generation, queued=chat is not None
             )
         except ApiError as refused:  # busy or execution_in_progress: still this turn's answer
-            raise _as_turn_refusal(refused, ask.execution_id, credential) from None
+            raise turn_refusal(refused, ask.execution_id, credential.auth_route) from None
         self.metrics.active_turns.inc()
         return AcceptedTurn(ask, execution, credential, chat)
 
@@ -128,7 +142,7 @@ class TurnRunner:
                 else:
                     answer = await self._chat_turn(turn.ask, execution, credential, turn.chat)
             except ApiError as refused:  # spawn_too_large: refused before exec
-                refusal = _as_turn_refusal(refused, turn.ask.execution_id, credential)
+                refusal = turn_refusal(refused, turn.ask.execution_id, credential.auth_route)
                 self._settle(turn, refusal.status, {"detail": refusal.body()}, refusal.error_code)
                 raise refusal from None
             if credential.auth_route != "baseline":
@@ -203,9 +217,8 @@ class TurnRunner:
     def _never_started(self, execution: Execution, credential: SpawnCredential) -> TurnAnswer:
         """A queued turn stopped before it ran: cancelled (or killed by the shutdown)."""
         state = self.store.current
-        outcome = (
-            shutdown_killed() if execution.shut_down and not execution.terminated else cancelled()
-        )
+        killed = execution.shut_down and not execution.terminated
+        outcome = shutdown_killed() if killed else cancelled()
         finished = FinishedTurn(
             execution_id=execution.execution_id,
             auth_route=credential.auth_route,
@@ -260,30 +273,36 @@ class TurnRunner:
             images=tuple((i.media_type, i.data) for i in ask.images) if ask.images else (),
         )
         deadline = time.monotonic() + ask.timeout_s
-        attempt = await self._spawn(spec, spawn.env, deadline, execution)
-        session_reset = False
+        secret = next(iter(credential.secrets()), None)
+        spawned_with = fingerprint(secret) if secret is not None else state.fingerprint
+
+        def answer(attempt: _Attempt) -> tuple[FinishedTurn, TurnAnswer]:
+            """The answer of `attempt` as it is now: its draft's while that holds."""
+            now = datetime.now(UTC)
+            turn = FinishedTurn(
+                execution_id=execution.execution_id,
+                auth_route=credential.auth_route,
+                generation=state.generation,
+                fingerprint=spawned_with,
+                stream=attempt.stream,
+                exit_code=attempt.facts.exit_code,
+                transcript=attempt.transcript,
+                session_reset=attempt.session_reset,
+                chat=chat,
+            )
+            outcome = self._classify(attempt, execution, spec, now)
+            drafted = attempt.draft.answers(outcome, turn, attempt.lines) if attempt.draft else None
+            return turn, drafted or build_answer(outcome, turn, now)
+
+        attempt = await self._spawn(spec, spawn.env, deadline, execution, answer)
         if ask.reset_unknown_session and spec.resume_session_id and self._session_unknown(attempt):
             logger.warning(
                 "the CLI no longer knows chat session %s: starting a new one",
                 spec.resume_session_id,
             )
             spec = replace(spec, resume_session_id=None, new_session_id=self._new_session_id(None))
-            attempt = await self._spawn(spec, spawn.env, deadline, execution)
-            session_reset = True
-        now = datetime.now(UTC)
-        secret = next(iter(credential.secrets()), None)
-        finished = FinishedTurn(
-            execution_id=execution.execution_id,
-            auth_route=credential.auth_route,
-            generation=state.generation,
-            fingerprint=fingerprint(secret) if secret is not None else state.fingerprint,
-            stream=attempt.stream,
-            exit_code=attempt.facts.exit_code,
-            transcript=attempt.transcript,
-            session_reset=session_reset,
-            chat=chat,
-        )
-        return build_answer(self._classify(attempt, execution, spec, now), finished, now)
+            attempt = await self._spawn(spec, spawn.env, deadline, execution, answer, reset=True)
+        return answer(attempt)[1]
 
     def _classify(
         self, attempt: _Attempt, execution: Execution, spec: TurnSpec, now: datetime
@@ -309,19 +328,36 @@ class TurnRunner:
         return str(uuid.uuid4())
 
     async def _spawn(
-        self, spec: TurnSpec, env: dict[str, str], deadline: float, execution: Execution
+        self,
+        spec: TurnSpec,
+        env: dict[str, str],
+        deadline: float,
+        execution: Execution,
+        answer: Callable[[_Attempt], tuple[FinishedTurn, TurnAnswer]],
+        *,
+        reset: bool = False,
     ) -> _Attempt:
+        """Run the CLI once (`reset`: again, on a new session); draft its answer when a
+        success result arrives, on the guess that a clean exit follows."""
         parser = self.adapter.new_parser()
         transcript = Transcript(self.max_log_bytes)
-
-        progress = execution.progress
+        lines = 0
+        draft: Draft | None = None
 
         def on_line(line: bytes) -> None:
+            nonlocal lines, draft
             # Redacted as it arrives: nothing downstream (parse, clip, shape) sees a secret.
             clean = self.redactor.redact_bytes(line)
             is_result = parser.feed(clean)
             transcript.append(clean, is_result=is_result, parsed=parser.last_event)
-            progress.add_line(clean)
+            execution.progress.add_line(clean)
+            lines += 1
+            # One draft a spawn: a CLI that prints result after result gets no more.
+            if is_result and draft is None and not parser.stream.is_error:
+                guess = _Attempt(parser.stream, _CLEAN_EXIT, transcript, lines, reset)
+                turn, drafted = answer(guess)
+                drafted.serialised = self.redactor.serialise(drafted.body)
+                draft = Draft(lines, turn, drafted)
 
         def on_spawn(pid: int) -> None:
             logger.debug("spawned %s as process group %d", self.adapter.name, pid)
@@ -339,11 +375,8 @@ class TurnRunner:
             # Every process of this spawn inherits it, also the ones that leave its group.
             sweep_tag=f"{EXECUTION_ID}={execution.execution_id}",
         )
-        facts = result.facts
-        stderr = self.redactor.redact(facts.stderr)
-        if stderr is not facts.stderr:  # `redact` returns the same text when it masked nothing
-            facts = replace(facts, stderr=stderr)
-        return _Attempt(parser.stream, facts, transcript)
+        facts = replace(result.facts, stderr=self.redactor.redact(result.facts.stderr))
+        return _Attempt(parser.stream, facts, transcript, lines, reset, draft)
 
     def _session_unknown(self, attempt: _Attempt) -> bool:
         """True when a resume failed because the CLI has no such session."""
@@ -365,21 +398,3 @@ def _link(source: asyncio.Event | None, target: asyncio.Event) -> asyncio.Task[N
             target.set()
 
     return asyncio.create_task(forward())
-
-
-def _as_turn_refusal(
-    refused: ApiError, execution_id: str | None, credential: SpawnCredential
-) -> ApiError:
-    """A refusal of this turn answers with the whole §7 body and the override header."""
-    refused.detail.update(
-        execution_id=execution_id,
-        auth_route=credential.auth_route,
-        api_error_status=None,
-        resets_at=None,
-        rate_limit_type=None,
-        metadata=None,
-        execution_log=None,
-    )
-    if credential.auth_route != "baseline":
-        refused.headers[AUTH_OVERRIDE_HEADER] = credential.auth_route
-    return refused

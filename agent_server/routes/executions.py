@@ -186,4 +186,10 @@ async def _watch_disconnect(request: Request, gone: asyncio.Event) -> None:
 
 
 def _respond(request: Request, turn: TurnAnswer) -> Response:
-    return answer(request, turn.body, status_code=turn.status, headers=turn.headers)
+    return answer(
+        request,
+        turn.body,
+        status_code=turn.status,
+        headers=turn.headers,
+        serialised=turn.serialised,
+    )

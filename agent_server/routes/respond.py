@@ -15,7 +15,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.requests import Request
 from starlette.responses import Response
 
-from agent_server.redaction import Redactor
+from agent_server.redaction import Redactor, Serialised
 
 
 def answer(
@@ -23,11 +23,12 @@ def answer(
     body: Any,
     status_code: int = 200,
     headers: Mapping[str, str] | None = None,
+    serialised: Serialised | None = None,
 ) -> Response:
-    """A JSON answer of `body`, redacted and sanitised."""
+    """A JSON answer of `body`, redacted and sanitised (`serialised`: as `Redactor.dumps`)."""
     redactor: Redactor = request.app.state.redactor
     return Response(
-        redactor.dumps(body),
+        redactor.dumps(body, serialised),
         status_code=status_code,
         headers=_headers(redactor, headers),
         media_type="application/json",

@@ -14,7 +14,7 @@ Directives, one a line in the prompt, run in order (see tests/support/README.md)
 ``@scenario NAME``, ``@sleep S``, ``@spawn-grandchild S [inherit]``,
 ``@escape setsid|double-fork S``, ``@read-parent``,
 ``@print-bytes N``, ``@echo-env NAME``, ``@stderr TEXT``, ``@exit N``,
-``@kill-self``, ``@ignore-sigterm``, ``@unknown-session``, ``@root-refusal``.
+``@result``, ``@kill-self``, ``@ignore-sigterm``, ``@unknown-session``, ``@root-refusal``.
 """
 
 from __future__ import annotations
@@ -370,6 +370,7 @@ def run(turn: Turn) -> int:
         turn.unknown_session()
     if "scenario" not in names:  # a replayed fixture brings its own init event
         write_event(turn.init_event())
+    answered = False
     for name, arg in steps:
         match name:
             case "scenario":
@@ -399,14 +400,23 @@ def run(turn: Turn) -> int:
             case "kill-self":
                 sys.stdout.flush()
                 os.kill(os.getpid(), signal.SIGKILL)
+            case "result":  # the result now; what follows runs after it
+                answer(turn)
+                answered = True
             case "ignore-sigterm":
                 signal.signal(signal.SIGTERM, signal.SIG_IGN)
             case _:
                 pass  # "unknown-session" without --resume, or prose that starts with "@"
+    if not answered:
+        answer(turn)
+    return 0
+
+
+def answer(turn: Turn) -> None:
+    """Print the report as the model's text and as the success result."""
     text = json.dumps(turn.report(), sort_keys=True)
     write_event(turn.assistant(text))
     write_event(turn.result(text))
-    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
