@@ -67,12 +67,12 @@ def write_secret_file(path: Path, value: str | Iterable[str]) -> int:
 
 
 def _batched(pieces: Iterable[str]) -> Iterator[str]:
-    """`pieces` joined into texts of about `_CHUNK_CHARS`: a write each, not one a piece
+    """`pieces` joined into texts of about `_PIECE_CHARS`: a write each, not one a piece
     (a JSON value's pieces are often a few bytes). A piece that long is never copied."""
     batch: list[str] = []
     size = 0
     for piece in pieces:
-        if len(piece) >= _CHUNK_CHARS:
+        if len(piece) >= _PIECE_CHARS:
             if batch:
                 yield "".join(batch)
                 batch, size = [], 0
@@ -80,7 +80,7 @@ def _batched(pieces: Iterable[str]) -> Iterator[str]:
             continue
         batch.append(piece)
         size += len(piece)
-        if size >= _CHUNK_CHARS:
+        if size >= _PIECE_CHARS:
             yield "".join(batch)
             batch, size = [], 0
     if batch:

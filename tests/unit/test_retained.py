@@ -350,7 +350,7 @@ def test_a_record_of_small_pieces_is_written_in_few_writes(
     tmp_path: Path, monkeypatch: Any
 ) -> None:
     """A record's many small pieces are written together, not a system call each; a
-    piece of a megabyte or more goes as it is, and the file is the record's JSON."""
+    long piece goes as it is (a megabyte a write), and the file is the record's JSON."""
     writes: list[int] = []
     write = os.write
 
