@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench import (
+    machine_costs,
     memory_startup,
     parallel_turns,
     redaction,
@@ -40,6 +41,7 @@ STEPS: dict[int, tuple[str, Step]] = {
     4: ("memory and start", memory_startup.measure),
     5: ("spawn env build", lambda _w, p: spawn_env_build.measure(p)),
     6: ("redaction at 10 / 1,000 / 20,000 secrets", lambda _w, p: redaction.measure(p)),
+    7: ("the machine: wake-ups and cold system calls", lambda _w, p: machine_costs.measure(p)),
 }
 
 

@@ -27,6 +27,8 @@ class Plan:
     """Figure 4: what the big turn's CLI prints."""
     env_budget_s: float
     """Figure 5: time spent on each micro-benchmark."""
+    machine_samples: int
+    """Figure 7: wake-ups and cold system calls, 50 ms apart, this many of each."""
 
 
 FULL = Plan(
@@ -40,6 +42,7 @@ FULL = Plan(
     starts=5,
     big_turn_bytes=200 * 1024 * 1024,
     env_budget_s=2.0,
+    machine_samples=100,
 )
 QUICK = Plan(
     quick=True,
@@ -52,4 +55,5 @@ QUICK = Plan(
     starts=2,
     big_turn_bytes=32 * 1024 * 1024,
     env_budget_s=0.3,
+    machine_samples=10,
 )
