@@ -4,8 +4,9 @@
         -> runner (process group) -> parser -> classify_outcome -> answer
 
 `TurnRunner` is built once by the composition root with exactly the collaborators a
-turn uses. Everything that leaves here has passed the redactor, which knows every
-staged override secret before the spawn.
+turn uses. A success's answer is drafted as its result arrives (`answer.Draft`).
+Everything that leaves here has passed the redactor, which knows every staged
+override secret before the spawn.
 """
 
 from __future__ import annotations
@@ -55,8 +56,7 @@ from agent_server.spawn_env.per_spawn import SpawnCredential, spawn_credential
 
 logger = logging.getLogger("agent_server.turn")
 
-_CLEAN_EXIT = ProcessFacts(exit_code=0)
-"""How a CLI that printed its result usually ends: what a draft guesses."""
+_CLEAN_EXIT = ProcessFacts(exit_code=0)  # how a CLI that printed its result usually ends
 
 
 @dataclass
@@ -292,7 +292,7 @@ class TurnRunner:
             )
             outcome = self._classify(attempt, execution, spec, now)
             drafted = attempt.draft.answers(outcome, turn, attempt.lines) if attempt.draft else None
-            return turn, drafted or build_answer(outcome, turn, now)
+            return turn, build_answer(outcome, turn, now) if drafted is None else drafted
 
         attempt = await self._spawn(spec, spawn.env, deadline, execution, answer)
         if ask.reset_unknown_session and spec.resume_session_id and self._session_unknown(attempt):
