@@ -12,7 +12,6 @@ override secret before the spawn.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 import uuid
@@ -87,15 +86,9 @@ class TurnRunner:
     reaper: Reaper
     results: Results
 
-    async def run(
-        self,
-        ask: TurnAsk,
-        client_gone: asyncio.Event | None = None,
-        *,
-        chat: ChatSession | None = None,
-    ) -> TurnAnswer:
-        """Accept and run one turn; a set `client_gone` stops it like terminate would."""
-        return await self.finish(self.accept(ask, chat=chat), client_gone)
+    async def run(self, ask: TurnAsk, *, chat: ChatSession | None = None) -> TurnAnswer:
+        """Accept and run one turn (its execution's `cancel` stops it, as terminate does)."""
+        return await self.finish(self.accept(ask, chat=chat))
 
     def accept(self, ask: TurnAsk, *, chat: ChatSession | None = None) -> AcceptedTurn:
         """Register a turn: listed, counted against the cap, terminable; nothing runs yet.
@@ -127,14 +120,11 @@ class TurnRunner:
         self.metrics.active_turns.inc()
         return AcceptedTurn(ask, execution, credential, chat)
 
-    async def finish(
-        self, turn: AcceptedTurn, client_gone: asyncio.Event | None = None
-    ) -> TurnAnswer:
+    async def finish(self, turn: AcceptedTurn) -> TurnAnswer:
         """Run an accepted turn to its answer; settle it: its envelope now, and once the
         answer has left, its retention, the end of its live events, metrics and log line."""
         execution, credential = turn.execution, turn.credential
         context = execution_id_var.set(execution.execution_id)
-        linked = _link(client_gone, execution.cancel)
         try:
             try:
                 if turn.chat is None:
@@ -153,8 +143,6 @@ class TurnRunner:
             )
             return answer
         finally:
-            if linked is not None:
-                linked.cancel()
             self.metrics.active_turns.dec()
             self.registry.finish(execution)
             execution_id_var.reset(context)
@@ -385,16 +373,3 @@ class TurnRunner:
         markers = self.adapter.hints.unknown_session_markers
         texts = [attempt.facts.stderr, *attempt.stream.error_texts]
         return any(marker in text.lower() for text in texts for marker in markers)
-
-
-def _link(source: asyncio.Event | None, target: asyncio.Event) -> asyncio.Task[None] | None:
-    """Set `target` once `source` is set (a client that went away cancels its turn)."""
-    if source is None:
-        return None
-
-    async def forward() -> None:
-        with contextlib.suppress(asyncio.CancelledError):
-            await source.wait()
-            target.set()
-
-    return asyncio.create_task(forward())

@@ -161,27 +161,28 @@ async def _run_watched(
 ) -> TurnAnswer:
     """Run the turn while watching the connection.
 
-    A client that leaves cancels a turn it named no id for: nobody could ever ask for
-    its result. A named turn runs on; its result is retained under its id (§6.6).
+    A client that leaves cancels a turn it named no id for (as terminate would):
+    nobody could ever ask for its result. A named turn runs on; its result is
+    retained under its id (§6.6).
     """
     turns: TurnRunner = request.app.state.turns
+    accepted = turns.accept(ask, chat=chat)
     if ask.execution_id is not None:
-        return await turns.run(ask, chat=chat)
-    gone = asyncio.Event()
-    watcher = asyncio.create_task(_watch_disconnect(request, gone))
+        return await turns.finish(accepted)
+    watcher = asyncio.create_task(_watch_disconnect(request, accepted.execution.cancel))
     try:
-        return await turns.run(ask, gone, chat=chat)
+        return await turns.finish(accepted)
     finally:
         # Not awaited: it ends at the loop's next step, and the answer need not wait for it.
         watcher.cancel()
 
 
-async def _watch_disconnect(request: Request, gone: asyncio.Event) -> None:
+async def _watch_disconnect(request: Request, cancel: asyncio.Event) -> None:
     # The body is read already: the next ASGI message can only be the disconnect.
     while True:
         message = await request.receive()
         if message["type"] == "http.disconnect":
-            gone.set()
+            cancel.set()
             return
 
 
