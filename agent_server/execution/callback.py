@@ -73,6 +73,8 @@ class CallbackSender:
         self.pause = pause
         self._tasks: set[asyncio.Task[None]] = set()
         self._client: httpx.AsyncClient | None = None
+        self._own: set[str] = set()
+        """Ids whose result this run persisted and is delivering: the sweep leaves them."""
 
     def url(self, execution_id: str) -> str:
         """Where the result of `execution_id` is POSTed."""
@@ -83,6 +85,7 @@ class CallbackSender:
         """Write the pending file of `envelope` (raises OSError when it cannot)."""
         record = {"deadline": deadline, "envelope": envelope}
         path = self._path(envelope["execution_id"])
+        self._own.add(envelope["execution_id"])
         await asyncio.to_thread(_write, path, record)
 
     def deliver_later(self, envelope: dict[str, Any], deadline: float) -> None:
@@ -106,6 +109,12 @@ class CallbackSender:
             self._client = None
 
     async def _deliver(self, envelope: dict[str, Any], deadline: float) -> None:
+        try:
+            await self._attempts(envelope, deadline)
+        finally:
+            self._own.discard(envelope["execution_id"])
+
+    async def _attempts(self, envelope: dict[str, Any], deadline: float) -> None:
         execution_id = envelope["execution_id"]
         last_pause = FIRST_PAUSE_S
         attempt = 0
@@ -169,6 +178,11 @@ class CallbackSender:
             if not isinstance(envelope, dict) or self._path_of(envelope) != path:
                 logger.warning("pending result %s is unreadable; dropped", path.name)
                 await asyncio.to_thread(_unlink, path)
+                continue
+            # This run's own result (persisted since the listing) has a delivery of its
+            # own: a file gone, or an id in `_own`, is never sent twice. Its delivery
+            # deletes the file before it leaves `_own`.
+            if envelope["execution_id"] in self._own or not path.exists():
                 continue
             stored = record.get("deadline")
             deadline = max(stored if isinstance(stored, int | float) else 0.0, time.time())

@@ -8,6 +8,7 @@ import asyncio
 import json
 import os
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -164,6 +165,40 @@ def test_the_startup_sweep_sends_what_a_previous_run_kept(
     asyncio.run(scenario())
     assert sorted(d.execution_id for d in receiver.deliveries) == ["kept-1", "kept-2"]
     assert list(restarted.directory.iterdir()) == []
+
+
+@pytest.mark.parametrize("delivered_first", [False, True], ids=["in flight", "delivered"])
+def test_the_startup_sweep_never_sends_this_runs_own_result_again(
+    tmp_path: Path, receiver: CallbackReceiver, delivered_first: bool
+) -> None:
+    """A result persisted since the start is delivered once, whether the sweep lists it
+    before its delivery began or after it ended (the file read, then deleted)."""
+    sender = _sender(tmp_path, receiver.base_url)
+    kept = sender._kept
+
+    def listed_then_delivered() -> list[tuple[Path, dict[str, Any]]]:
+        listing = kept()
+        if delivered_first:
+            done.wait(10)
+        return listing
+
+    done = threading.Event()
+    sender._kept = listed_then_delivered  # type: ignore[method-assign]
+
+    async def scenario() -> None:
+        deadline = time.time() + 60
+        await sender.persist(_envelope("now-1"), deadline)
+        sender.sweep_later()
+        await asyncio.sleep(0.2)  # the sweep has listed the file (and waits, or not)
+        sender.deliver_later(_envelope("now-1"), deadline)
+        while not receiver.deliveries:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)  # the delivery deletes the file, then leaves `_own`
+        done.set()
+        await sender.close(30)
+
+    asyncio.run(scenario())
+    assert [d.execution_id for d in receiver.deliveries] == ["now-1"]
 
 
 def test_the_agent_name_is_one_path_segment(tmp_path: Path) -> None:
