@@ -55,7 +55,8 @@ from agent_server.spawn_env.per_spawn import SpawnCredential, spawn_credential
 
 logger = logging.getLogger("agent_server.turn")
 
-_CLEAN_EXIT = ProcessFacts(exit_code=0)  # how a CLI that printed its result usually ends
+_CLEAN_EXIT = ProcessFacts(exit_code=0)
+"""How a CLI that printed its result usually ends: what a draft guesses."""
 
 
 @dataclass
@@ -363,7 +364,10 @@ class TurnRunner:
             # Every process of this spawn inherits it, also the ones that leave its group.
             sweep_tag=f"{EXECUTION_ID}={execution.execution_id}",
         )
-        facts = replace(result.facts, stderr=self.redactor.redact(result.facts.stderr))
+        facts = result.facts
+        stderr = self.redactor.redact(facts.stderr)
+        if stderr is not facts.stderr:  # `redact` returns the same text when it masked nothing
+            facts = replace(facts, stderr=stderr)
         return _Attempt(parser.stream, facts, transcript, lines, reset, draft)
 
     def _session_unknown(self, attempt: _Attempt) -> bool:
