@@ -5,6 +5,10 @@ so every one changes the credential (file write, fsync, rename, state swap) whil
 the redactor's set of secrets stays the same size. Under load, 32 turns each print
 an assistant event of about 2 KiB every 10 ms (32 x 200 KiB/s, 3,200 lines/s for the
 server to split, parse and keep); reloads are measured only while all 32 run.
+
+Each reload is followed by a `GET /health` on the same connection, timed apart: the
+floor, what the load adds to any request (the wake-ups, the wait behind the turns'
+output, the machine's scheduling) apart from what a reload does itself.
 """
 
 from __future__ import annotations
@@ -27,9 +31,13 @@ TOKENS = ("sk-ant-oat01-bench-rotation-aaaaaaaaaaaa", "sk-ant-oat01-bench-rotati
 _RUNNING_TIMEOUT_S = 15.0
 
 
-async def _reloads(client: LoopbackClient, count: int, until: float) -> list[float]:
-    """Up to `count` sequential reloads before the monotonic instant `until`."""
+async def _reloads(
+    client: LoopbackClient, count: int, until: float
+) -> tuple[list[float], list[float]]:
+    """Up to `count` sequential reloads, each followed by a health check, before the
+    monotonic instant `until`: the seconds of each, reloads first."""
     took: list[float] = []
+    health: list[float] = []
     while len(took) < count and time.monotonic() < until:
         token = TOKENS[len(took) % 2]
         started = time.perf_counter()
@@ -38,7 +46,13 @@ async def _reloads(client: LoopbackClient, count: int, until: float) -> list[flo
         if answer.status != 200:
             msg = f"reload-token failed: {answer.status} {answer.body[:300]!r}"
             raise RuntimeError(msg)
-    return took
+        started = time.perf_counter()
+        answer = await client.get("/health")
+        health.append(time.perf_counter() - started)
+        if answer.status != 200:
+            msg = f"health failed: {answer.status} {answer.body[:300]!r}"
+            raise RuntimeError(msg)
+    return took, health
 
 
 async def _wait_running(client: LoopbackClient, count: int) -> None:
@@ -57,7 +71,7 @@ async def measure(workspace: Workspace, plan: Plan) -> list[Figure]:
     with BenchServer(workspace, {"AGENT_SERVER_MAX_PARALLEL": str(PARALLEL)}) as server:
         async with server.client(4) as control, server.client(PARALLEL) as turns_client:
             await _reloads(control, 5, time.monotonic() + 10)  # warm: imports, connection
-            idle = await _reloads(control, plan.reloads, time.monotonic() + 30)
+            idle, idle_health = await _reloads(control, plan.reloads, time.monotonic() + 30)
             prompt = f"@stream {plan.stream_s} {LINE_BYTES} {INTERVAL_S}"
             streaming_from = time.monotonic()
             turns = [
@@ -67,13 +81,18 @@ async def measure(workspace: Workspace, plan: Plan) -> list[Figure]:
             try:
                 await _wait_running(control, PARALLEL)
                 # Stop a second before the first turn may end: only full load counts.
-                loaded = await _reloads(control, plan.reloads, streaming_from + plan.stream_s - 1.0)
+                until = streaming_from + plan.stream_s - 1.0
+                loaded, loaded_health = await _reloads(control, plan.reloads, until)
                 answers = await asyncio.wait_for(asyncio.gather(*turns), plan.stream_s + 60)
             finally:
                 for turn in turns:
                     turn.cancel()
     idle_p99, loaded_p99 = percentile(idle, 0.99), percentile(loaded, 0.99)
     ratio = loaded_p99 / idle_p99
+    health_idle_p99, health_loaded_p99 = (
+        percentile(idle_health, 0.99),
+        percentile(loaded_health, 0.99),
+    )
     enough = plan.quick or len(loaded) >= MIN_RELOADS
     details = {
         "idle_n": len(idle),
@@ -82,6 +101,10 @@ async def measure(workspace: Workspace, plan: Plan) -> list[Figure]:
         "loaded_n": len(loaded),
         "loaded_p50_ms": median(loaded) * 1000,
         "loaded_p99_ms": loaded_p99 * 1000,
+        "health_idle_p50_ms": median(idle_health) * 1000,
+        "health_idle_p99_ms": health_idle_p99 * 1000,
+        "health_loaded_p50_ms": median(loaded_health) * 1000,
+        "health_loaded_p99_ms": health_loaded_p99 * 1000,
         "turn_response_bytes_total": sum(len(a.body) for a in answers),
     }
     return [
@@ -106,5 +129,14 @@ async def measure(workspace: Workspace, plan: Plan) -> list[Figure]:
             target_value=TARGET_P99_RATIO,
             note="" if enough else f"only {len(loaded)} reloads under load",
             details=details,
+        ),
+        Figure(
+            "3 GET /health p99: loaded / idle (the floor)",
+            health_loaded_p99 / health_idle_p99,
+            "x",
+            note=(
+                f"p99 {health_idle_p99 * 1000:.2f} -> {health_loaded_p99 * 1000:.2f} ms, "
+                "what the load adds to any request"
+            ),
         ),
     ]

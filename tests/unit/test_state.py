@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -142,6 +143,50 @@ def test_a_failed_write_changes_nothing(tmp_path: Path, monkeypatch: Any) -> Non
         _reload(store, "another-token-123", remove_api_key=True)
     assert store.current is current
     assert store.override_file.path.read_text() == TOKEN
+
+
+@pytest.mark.parametrize("fails", [False, True], ids=["written", "failed"])
+def test_a_slow_write_leaves_the_event_loop_serving(
+    tmp_path: Path, monkeypatch: Any, fails: bool
+) -> None:
+    """Past HOLD_S the loop serves others while the write goes on; its end is awaited:
+    the swap after it, or PersistFailed with nothing changed."""
+    store = _store(tmp_path)
+    current = store.current
+    write = store.override_file.write_atomic
+    release = threading.Event()
+    released: list[bool] = []
+
+    def slow_write(token: SecretStr) -> None:
+        released.append(release.wait(5))  # only the loop, once free, can release it
+        if fails:
+            raise OSError(5, "Input/output error")
+        write(token)
+
+    monkeypatch.setattr(store.override_file, "write_atomic", slow_write)
+
+    async def scenario() -> None:
+        reload = asyncio.ensure_future(
+            store.reload(SecretStr(TOKEN), remove_api_key=False, expected_generation=None)
+        )
+        await asyncio.sleep(0)  # the reload runs until it lets go of the loop
+        assert not reload.done()
+        assert store.current is current
+        release.set()
+        if fails:
+            with pytest.raises(PersistFailed, match="Input/output error"):
+                await reload
+        else:
+            assert (await reload).changed
+
+    asyncio.run(scenario())
+    assert released == [True]
+    if fails:
+        assert store.current is current
+        assert not store.override_file.path.exists()
+    else:
+        assert store.current.fingerprint == fingerprint(TOKEN)
+        assert store.override_file.path.read_text() == TOKEN
 
 
 def test_boot_loads_the_override_file_over_a_stale_baseline(tmp_path: Path) -> None:
