@@ -2,23 +2,14 @@
 
 The order is the contract (contract §4): validate, write the override file, THEN swap
 the state. A failed write raises `PersistFailed` and memory is untouched.
-
-The file's system calls run on the store's own thread while the event loop waits for
-them, up to `HOLD_S`. A worker thread re-takes the GIL after each of its dozen calls,
-and while the loop is busy with turns' output each re-take waited for the loop: a
-write of 1-3 ms took 10-120 ms under 32 streaming turns (bench figure 3). While the
-loop waits, the write runs at the disk's pace; past `HOLD_S` (a slow or hung disk)
-the loop goes back to serving and awaits the rest.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TypeVar
 
 from pydantic import SecretStr
 
@@ -30,11 +21,6 @@ from agent_server.names import CLAUDE_OAUTH, SUBSCRIPTION_SHADOW_KEYS
 from agent_server.spawn_env.layers import Overrides
 
 logger = logging.getLogger("agent_server.credentials")
-
-HOLD_S = 0.02
-"""How long the event loop waits, serving nothing else, for a token file operation:
-above this VM's p99 write under load (about 11 ms), short enough for streams to wait."""
-_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -57,7 +43,6 @@ class CredentialStore:
         self._state = state
         self._file = override_file
         self._lock = asyncio.Lock()
-        self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="token-file")
         self._on_change = on_change
         on_change(state)
 
@@ -126,7 +111,7 @@ class CredentialStore:
             if remove_api_key:
                 overrides.update(dict.fromkeys(SUBSCRIPTION_SHADOW_KEYS))
             changed = not state.same_overrides(overrides)
-            if changed or not await self._on_thread(self._file.holds, token):
+            if changed or not await asyncio.to_thread(self._file.holds, token):
                 await self._persist(token)
             if not changed:
                 return ReloadResult(state, changed=False)
@@ -139,20 +124,13 @@ class CredentialStore:
 
     async def _persist(self, token: SecretStr) -> None:
         try:
-            await self._on_thread(self._file.write_atomic, token)
+            # fsync can take a while on a busy disk: keep the event loop serving turns.
+            await asyncio.to_thread(self._file.write_atomic, token)
         except OSError as exc:
             reason = exc.strerror or str(exc) or type(exc).__name__
             logger.error("could not persist the rotated token to %s: %s", self._file.path, reason)
             msg = f"could not write the token override file: {reason}"
             raise PersistFailed(msg) from None
-
-    async def _on_thread(self, call: Callable[[SecretStr], _T], token: SecretStr) -> _T:
-        """`call(token)` on the store's thread, the loop held for it up to `HOLD_S`."""
-        future = self._thread.submit(call, token)
-        try:
-            return future.result(timeout=HOLD_S)
-        except TimeoutError:  # or the call's own (an OSError), which awaiting raises again
-            return await asyncio.wrap_future(future)
 
 
 def overrides_secrets(overrides: Overrides) -> list[SecretStr]:
