@@ -149,8 +149,8 @@ def test_a_failed_write_changes_nothing(tmp_path: Path, monkeypatch: Any) -> Non
 def test_a_slow_write_leaves_the_event_loop_serving(
     tmp_path: Path, monkeypatch: Any, fails: bool
 ) -> None:
-    """Past HOLD_S the loop serves others while the write goes on; its end is awaited:
-    the swap after it, or PersistFailed with nothing changed."""
+    """The loop serves others while the write goes on (a slow or hung disk never holds
+    it); the write's end is awaited: the swap after it, or PersistFailed, nothing changed."""
     store = _store(tmp_path)
     current = store.current
     write = store.override_file.write_atomic
