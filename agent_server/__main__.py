@@ -96,6 +96,9 @@ def uvicorn_config(app: ASGIApp, settings: Settings, limits: ClientLimits) -> uv
         # SIGCHLD for itself and refuses the reaper's handler, so the server would not
         # start (and it has no pidfd watcher to gain from).
         loop="asyncio",
+        # The agent shares the loopback uvicorn trusts by default: an X-Forwarded-For it
+        # sends must not stand in for the caller's address in the access log.
+        proxy_headers=False,
         # uvicorn's own deadline only backs up the drain: SIGKILL escalation and answers.
         timeout_graceful_shutdown=math.ceil(server_shutdown_timeout(settings.shutdown_grace_s)),
     )

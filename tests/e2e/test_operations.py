@@ -208,3 +208,18 @@ def test_a_nul_in_the_system_prompt_is_a_validation_error(turn_servers: TurnServ
     with turn_servers.start().client() as client:
         response = client.post("/api/task", json={"message": "hi", "system_prompt": "a\x00b"})
     assert response.status_code == 422, response.text
+
+
+def test_the_access_log_names_the_caller_not_a_forwarded_header(
+    turn_servers: TurnServers,
+) -> None:
+    """The agent shares the loopback: an `X-Forwarded-For` it sends never stands in for
+    the caller's address in the access log (uvicorn's proxy headers are off)."""
+    server = turn_servers.start()
+    forged = {"X-Forwarded-For": "203.0.113.9", "X-Forwarded-Proto": "https"}
+    with server.client(token="") as anonymous:
+        assert anonymous.get("/api/executions/running", headers=forged).status_code == 401
+    server.stop()
+    access = [e["message"] for e in server.log_messages() if e["logger"] == "uvicorn.access"]
+    assert any("127.0.0.1:" in line and "/api/executions/running" in line for line in access)
+    assert not [line for line in access if "203.0.113.9" in line]

@@ -495,6 +495,7 @@ def test_uvicorn_serves_through_the_guard(app_services: Services) -> None:
     assert config.http.limits == ClientLimits(HEADER_TIMEOUT_S, BODY_TIMEOUT_S, 280)
     assert config.ws == "none"
     assert config.loop == "asyncio", "uvloop refuses the SIGCHLD reaper: never 'auto'"
+    assert config.proxy_headers is False, "the agent on the loopback could forge the caller"
     assert (HEADER_TIMEOUT_S, BODY_TIMEOUT_S) == (10.0, 30.0)
 
 
