@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable
 
-from bench.client import LoopbackClient
+from bench.client import Answer, LoopbackClient
 from bench.plan import Plan
 from bench.report import Figure, at_most, median, percentile
 from bench.server import BenchServer, Workspace
@@ -40,19 +41,21 @@ async def _reloads(
     health: list[float] = []
     while len(took) < count and time.monotonic() < until:
         token = TOKENS[len(took) % 2]
-        started = time.perf_counter()
-        answer = await client.post("/api/credentials/reload-token", {"token": token})
-        took.append(time.perf_counter() - started)
-        if answer.status != 200:
-            msg = f"reload-token failed: {answer.status} {answer.body[:300]!r}"
-            raise RuntimeError(msg)
-        started = time.perf_counter()
-        answer = await client.get("/health")
-        health.append(time.perf_counter() - started)
-        if answer.status != 200:
-            msg = f"health failed: {answer.status} {answer.body[:300]!r}"
-            raise RuntimeError(msg)
+        reload = client.post("/api/credentials/reload-token", {"token": token})
+        took.append(await _timed(reload, "reload-token"))
+        health.append(await _timed(client.get("/health"), "health"))
     return took, health
+
+
+async def _timed(request: Awaitable[Answer], what: str) -> float:
+    """Seconds `request` took to answer; it must answer 200."""
+    started = time.perf_counter()
+    answer = await request
+    took = time.perf_counter() - started
+    if answer.status != 200:
+        msg = f"{what} failed: {answer.status} {answer.body[:300]!r}"
+        raise RuntimeError(msg)
+    return took
 
 
 async def _wait_running(client: LoopbackClient, count: int) -> None:
