@@ -2,9 +2,9 @@
 
 Re-read for every spawn (contract §4.2) but parsed only when the file's identity
 (device, inode, size, mtime_ns) changes, so a spawn never sees a stale parse and an
-unchanged file costs one `stat` (`cached`). A parse of a file modified within the
-last `RACY_WINDOW_NS` is not cached (a same-size rewrite in the same timestamp tick
-would keep the same identity).
+unchanged file costs one `stat` (`cached`), and so does a file that stays missing. A
+parse of a file modified within the last `RACY_WINDOW_NS` is not cached (a same-size
+rewrite in the same timestamp tick would keep the same identity).
 
 The agent writes this file, so every read is hostile input (contract §10):
 
@@ -36,6 +36,8 @@ MAX_DOTENV_BYTES = 1024 * 1024
 _OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
 _Identity = tuple[int, int, int, int]
 _EMPTY: Mapping[str, str] = MappingProxyType({})
+_MISSING: _Identity = (-1, -1, -1, -1)
+"""The identity of no file at the path: a `.env` that stays missing is not read again."""
 RACY_WINDOW_NS = 100_000_000
 """A file modified this close to (or after) the moment we read it may be rewritten
 within the same timestamp tick, same size, same mtime_ns: such a parse is not cached."""
@@ -58,13 +60,16 @@ class DotenvFile:
         return self._problem
 
     def cached(self) -> Mapping[str, str] | None:
-        """The values of the last parse if the file is unchanged since, else None.
+        """The values of the last parse if the file is unchanged since (or still
+        missing), else None.
 
         One `stat`, which never blocks (not even on a FIFO): cheap enough for the
         event loop, so only a real parse needs a worker thread.
         """
         try:
             identity = _identity(os.stat(self.path))
+        except FileNotFoundError:
+            identity = _MISSING
         except OSError:
             return None
         with self._lock:
@@ -85,7 +90,7 @@ class DotenvFile:
         try:
             raw, identity = _read_regular(self.path)
         except FileNotFoundError:
-            return self._settle(None, _EMPTY, None, quiet=True)
+            return self._settle(_MISSING, _EMPTY, None, quiet=True)
         except OSError as exc:
             reason = exc.strerror or str(exc) or type(exc).__name__
             return self._settle(None, _EMPTY, f"not read: {reason}")

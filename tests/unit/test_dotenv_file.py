@@ -79,6 +79,24 @@ def test_a_fifo_at_the_path_is_empty_and_never_blocks(tmp_path: Path) -> None:
     assert result == [{}]
 
 
+def test_a_file_that_stays_missing_is_answered_from_the_cache(tmp_path: Path) -> None:
+    """A missing `.env` costs a spawn one `stat`, not a read in a worker thread each time;
+    once the file appears, the cache gives way to a read."""
+    path = tmp_path / ".env"
+    dotenv = DotenvFile(path)
+    assert dotenv.cached() is None  # nothing known yet
+    empty = dotenv.read()
+    assert dotenv.cached() is empty
+    assert dict(empty) == {}
+    write(path, "A=1\n")
+    assert dotenv.cached() is None
+    assert dict(dotenv.read()) == {"A": "1"}
+    path.unlink()
+    assert dotenv.cached() is None  # gone again: read once more, then cached
+    assert dict(dotenv.read()) == {}
+    assert dotenv.cached() is not None
+
+
 def test_a_file_that_comes_back_after_missing_is_read(tmp_path: Path) -> None:
     """Missing then present: the values appear (the empty answer is not cached)."""
     path = tmp_path / ".env"
