@@ -43,6 +43,7 @@ from typing import Any
 
 PROBES_PATH = "/__bench/probes"
 DIRECT_PATH = "/__bench/direct"
+ECHO_PATH = "/__bench/echo"
 _marks: list[tuple[str, int]] = []
 
 
@@ -85,6 +86,10 @@ class _ProbesApp:
             _marks.pop()  # this request's own `received`
             await _answer(send, take_marks())
             return
+        if scope["type"] == "http" and scope["path"] == ECHO_PATH:
+            _marks.pop()
+            await _echo(scope, receive, send)
+            return
         if scope["type"] == "http" and scope["path"] == DIRECT_PATH:
             _marks.pop()
             spec = json.loads((await receive())["body"])
@@ -116,6 +121,15 @@ class _ProbesApp:
             )
         finally:
             reaper.leaders.difference_update(pids)
+
+
+async def _echo(scope: Any, receive: Any, send: Any) -> None:
+    """Read the whole body, answer `?bytes=N` bytes of JSON: an HTTP exchange, no work."""
+    more = True
+    while more:
+        more = (await receive()).get("more_body", False)
+    size = int(scope["query_string"].partition(b"=")[2] or 2)
+    await _answer(send, "x" * max(size - 2, 0))
 
 
 async def _answer(send: Any, value: object) -> None:

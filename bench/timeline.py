@@ -15,10 +15,17 @@ Turns run one at a time, server and direct interleaved in alternating order, and
 table gives the median and p95 of every step on each side. The phases (before the
 CLI is exec'd, the CLI's own life until its exit is observed, after that) add up to
 the turn; their server-minus-direct differences are where the overhead lives.
+
+After each round the client also times the HTTP exchange alone: it stays idle as
+long as the last turn's CLI lived, then posts the same body to the harness's echo,
+which answers as many bytes as the turn's answer had, from uvicorn, before any code
+of the server's. That is what the turn's request and answer cost with no turn: both
+processes' wake-ups, uvicorn's parsing and writing, the client's reading.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Mapping, Sequence
@@ -26,7 +33,7 @@ from dataclasses import dataclass
 
 from bench.client import LoopbackClient
 from bench.plan import Plan
-from bench.probed_server import DIRECT_PATH, PROBES_PATH, direct_spawn, probe_spawn
+from bench.probed_server import DIRECT_PATH, ECHO_PATH, PROBES_PATH, direct_spawn, probe_spawn
 from bench.report import Figure, at_most, median, percentile
 from bench.server import PROBED_SERVER, BenchServer, Workspace
 from bench.turn_overhead import PROMPT, TARGET_RATIO, server_turn
@@ -108,14 +115,30 @@ async def in_server_turn_marked(
 
 
 async def server_turn_marked(client: LoopbackClient, prompt: str) -> dict[str, int]:
-    """One server turn with the client's marks, the server's and the CLI's."""
+    """One server turn with the client's marks, the server's and the CLI's (and the
+    answer's size, `answer_bytes`)."""
     sent = time.monotonic_ns()
     answer = await server_turn(client, prompt)
     done = time.monotonic_ns()
     probes = await client.get(PROBES_PATH)
-    marks = {"sent": sent, "done": done, **dict(probes.json())}
+    marks = {"sent": sent, "done": done, "answer_bytes": len(answer.body), **dict(probes.json())}
     marks.update(_cli_marks(answer.json()["execution_log"][-1]))
     return marks
+
+
+async def http_exchange_marked(
+    client: LoopbackClient, prompt: str, turn: Marks, answer_bytes: int
+) -> dict[str, int]:
+    """The exchange of a turn without the turn: idle as long as `turn`'s CLI lived, then
+    the same body to the echo, answered with `answer_bytes` bytes."""
+    await asyncio.sleep((turn["exited"] - turn["exec"]) / 1e9)
+    sent = time.monotonic_ns()
+    answer = await client.post(f"{ECHO_PATH}?bytes={answer_bytes}", {"message": prompt})
+    done = time.monotonic_ns()
+    if answer.status != 200 or len(answer.body) != answer_bytes:
+        msg = f"echo failed: {answer.status}, {len(answer.body)} of {answer_bytes} bytes"
+        raise RuntimeError(msg)
+    return {"sent": sent, "done": done}
 
 
 def _cli_marks(result: Mapping[str, object]) -> dict[str, int]:
@@ -146,6 +169,8 @@ class Sides:
     """Direct spawns from the bench process."""
     in_server: list[dict[str, int]]
     """The same direct spawns, made by the server's process."""
+    exchange: list[dict[str, int]]
+    """The HTTP exchange alone, after each round (`sent`, `done`)."""
 
     def columns(self) -> list[tuple[list[dict[str, int]], bool]]:
         """(turns, uses the server's spans) for each column, in print order."""
@@ -175,6 +200,8 @@ def render_table(sides: Sides) -> str:
     lines.append(rule)
     for label, server_span, direct_span in PHASES:
         lines.append(row(label, server_span, direct_span))
+    exchange = _cell(_ms(sides.exchange, ("sent", "done")))
+    lines.append(f"  {'the HTTP exchange alone (echo, no turn)':<{width}} {exchange:>15}")
     lines += [
         "",
         f"  {'server turn minus (ms)':<{width}} {'direct spawn':>15}   {'direct, from server':>19}",
@@ -205,7 +232,7 @@ def phase_gaps(
 
 async def measure(workspace: Workspace, plan: Plan) -> list[Figure]:
     """Interleaved marked turns on each side; the table and the phase differences."""
-    sides = Sides([], [], [])
+    sides = Sides([], [], [], [])
     undo = probe_spawn()
     try:
         with BenchServer(workspace, command=PROBED_SERVER) as server:
@@ -223,6 +250,13 @@ async def measure(workspace: Workspace, plan: Plan) -> list[Figure]:
                             marks = await in_server_turn_marked(client, workspace, PROMPT)
                         if index >= plan.warmup_pairs:
                             getattr(sides, side).append(marks)
+                        if side == "server":
+                            turn = marks
+                    exchange = await http_exchange_marked(
+                        client, PROMPT, turn, turn["answer_bytes"]
+                    )
+                    if index >= plan.warmup_pairs:
+                        sides.exchange.append(exchange)
     finally:
         undo()
     figures = []
@@ -251,6 +285,11 @@ async def measure(workspace: Workspace, plan: Plan) -> list[Figure]:
     whole = PHASES[-1]
     server_ms, own_ms = _ms(sides.server, whole[1]), _ms(sides.in_server, whole[2])
     ratio = median([s / d for s, d in zip(server_ms, own_ms, strict=False)])
+    exchange = median(_ms(sides.exchange, ("sent", "done")))
+    # The server's own work without the exchange, over the CLI's life as the server's
+    # process spawns it: the CLI's own noise (its life, pair to pair) left out.
+    code = before + after - exchange
+    code_ratio = 1 + code / median(own_ms)
     figures.append(
         Figure(
             "0 turn: server / direct spawn from the server's process (median of pairs)",
@@ -268,7 +307,30 @@ async def measure(workspace: Workspace, plan: Plan) -> list[Figure]:
                 "server": sides.server,
                 "direct": sides.direct,
                 "in_server": sides.in_server,
+                "exchange": sides.exchange,
             },
+        )
+    )
+    figures.append(
+        Figure(
+            "0 the HTTP exchange alone: the turn's request and answer, no turn (echo)",
+            exchange,
+            "ms",
+            note="uvicorn, both processes' wake-ups and the client, after the same idle time",
+        )
+    )
+    figures.append(
+        Figure(
+            "0 the server's code: (own work - that exchange) / direct spawn from the server",
+            code_ratio,
+            "x",
+            target=f"<= {TARGET_RATIO}x",
+            verdict=at_most(code_ratio, TARGET_RATIO),
+            target_value=TARGET_RATIO,
+            note=(
+                f"1 + ({before + after:.2f} - {exchange:.2f} ms) / {median(own_ms):.1f} ms: "
+                "Starlette, auth, the turn, its answer"
+            ),
         )
     )
     return figures
