@@ -9,13 +9,15 @@ numbers null, depth bounded. The JSON is then always valid, whatever a CLI print
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.requests import Request
 from starlette.responses import Response
 
 from agent_server.redaction import Redactor, Serialised
+
+if TYPE_CHECKING:
+    from sse_starlette import ServerSentEvent
 
 
 def answer(
@@ -51,6 +53,9 @@ def answer_events(
     request: Request, events: AsyncIterator[tuple[str | None, str, str | None]]
 ) -> Response:
     """A server-sent event stream of `(name, data, id)`, each data redacted as it goes."""
+    # Imported on first use, as httpx is: an idle server does not hold it (0.4 MiB).
+    from sse_starlette import EventSourceResponse, ServerSentEvent
+
     redactor: Redactor = request.app.state.redactor
 
     async def clean() -> AsyncIterator[ServerSentEvent]:
