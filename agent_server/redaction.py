@@ -1,7 +1,7 @@
 """The redactor: no secret leaves the server in a log line or an answer (contract §8).
 
 It masks the exact value of every secret it has been told about, and token shapes
-(`sk-ant-…`, the value after `Authorization: Bearer`). Matching is one Aho-Corasick
+(`sk-ant-…`, the value after `Authorization: Bearer`: `token_shapes`). Matching is one Aho-Corasick
 pass (`ahocorasick-rs`), so its cost follows the text's length, not the number of
 secrets times the length. Which values it holds:
 
@@ -34,6 +34,7 @@ import ahocorasick_rs
 from pydantic import SecretStr
 
 from agent_server.secret_file import compact_json
+from agent_server.token_shapes import LONGEST_HINT, TOKEN_PATTERNS, maybe_token
 
 MASK = "[REDACTED]"
 MIN_SECRET_LENGTH = 8
@@ -43,18 +44,6 @@ MAX_CLEAN_DEPTH = 64
 """Deeper JSON than this in an answer is replaced by `TOO_DEEP` (never a 500)."""
 TOO_DEEP = "[nested too deep]"
 
-# The value after "Bearer" in an Authorization header however it is printed:
-# `Authorization: Bearer v`, a dict repr `'authorization': 'Bearer v'`, `Authorization=Bearer v`,
-# or URL-encoded in a logged request line (`Authorization%3A+Bearer+v`).
-_GAP = r"(?:\s|\+|%20)"
-_TOKEN_PATTERNS = re.compile(
-    r"sk-ant-[A-Za-z0-9_\-]+"
-    rf"|(?P<head>Authorization[\"']?{_GAP}*(?:[:=]|%3A|%3D){_GAP}*[\"']?Bearer{_GAP}+)"
-    r"[^\s\"',;}&]+",
-    re.IGNORECASE,
-)
-_TOKEN_HINTS = ("sk-ant-", "SK-ANT-", "earer", "EARER")
-"""Every text `_TOKEN_PATTERNS` can match holds one of these (`Bearer` in any case)."""
 _SURROGATE = re.compile("[\ud800-\udfff]")
 LOG_EXTRA_FIELDS = ("key", "execution_id")
 """Log record attributes a formatter writes beside the message (redacted too)."""
@@ -109,7 +98,7 @@ class Redactor:
     def redact(self, text: str) -> str:
         """`text` with every known secret and token pattern masked (the same object if none)."""
         masked = self._current().mask(text)
-        return _TOKEN_PATTERNS.sub(_mask_token, masked) if _maybe_token(masked) else masked
+        return TOKEN_PATTERNS.sub(_mask_token, masked) if maybe_token(masked) else masked
 
     def redact_bytes(self, data: bytes) -> bytes:
         """A raw output line with every secret masked (the same object if none was found)."""
@@ -187,8 +176,8 @@ class Redactor:
 
     def _clean_text(self, text: str, matcher: _Matcher) -> str:
         masked = matcher.mask(text)
-        if _maybe_token(masked):
-            masked = _TOKEN_PATTERNS.sub(_mask_token, masked)
+        if maybe_token(masked):
+            masked = TOKEN_PATTERNS.sub(_mask_token, masked)
         try:
             masked.encode("utf-8")
         except UnicodeEncodeError:  # a lone surrogate, e.g. an emoji cut in half
@@ -288,7 +277,7 @@ def _text_clean(text: str, matcher: _Matcher) -> bool:
     """`_texts_clean` of one long text, a window of `_BATCH_CHARS` at a time: a whole
     text's UTF-8 copies (the check's, the matcher's) would double a large answer.
     Windows overlap by as much as a match can span, so none falls between two."""
-    overlap = max(matcher.longest, *map(len, _TOKEN_HINTS)) - 1
+    overlap = max(matcher.longest, LONGEST_HINT) - 1
     step = max(_BATCH_CHARS, overlap)
     return all(
         _texts_clean([text[start : start + step + overlap]], matcher)
@@ -299,7 +288,7 @@ def _text_clean(text: str, matcher: _Matcher) -> bool:
 def _texts_clean(texts: list[str], matcher: _Matcher) -> bool:
     """True when no secret form, token shape or lone surrogate is in any of `texts`."""
     joined = "\n".join(texts)
-    if _maybe_token(joined):
+    if maybe_token(joined):
         return False
     try:
         joined.encode("utf-8")  # a lone surrogate fails here
@@ -365,11 +354,6 @@ def _plain(values: Iterable[SecretStr | str | None]) -> set[str]:
         if plain and len(plain) >= MIN_SECRET_LENGTH:
             found.add(plain)
     return found
-
-
-def _maybe_token(text: str) -> bool:
-    """A cheap pre-check before the token-shape regex: most texts hold neither shape."""
-    return any(hint in text for hint in _TOKEN_HINTS)
 
 
 def _mask_token(match: re.Match[str]) -> str:

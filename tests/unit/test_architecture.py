@@ -8,7 +8,7 @@
             runtimes | credentials     each owns its facts
               spawn_env                the environment of a spawn
                 leaves                 logs > turn_models, errors, redaction, metrics
-                                       > models > names, secret_file
+                                       > models, token_shapes > names, secret_file
 
 A module may import its own folder and anything on a lower layer; two folders on
 the same layer (runtimes, credentials) never import each other.
@@ -43,6 +43,7 @@ LAYERS: dict[str, int] = {
     "redaction": 2,
     "metrics": 2,
     "models": 1,
+    "token_shapes": 1,
     "names": 0,
     "secret_file": 0,
     "__init__": 0,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -52,6 +53,49 @@ def test_redact(known: list[str | SecretStr | None], text: str, expected: str) -
     redactor = Redactor()
     redactor.add(known)
     assert redactor.redact(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param("key Sk-Ant-api03-Zz_9 end", f"key {MASK} end", id="Sk-Ant-"),
+        pytest.param("key sK-aNt-api03-Zz_9 end", f"key {MASK} end", id="sK-aNt-"),
+        pytest.param("key SK-ANT-API03-ZZ_9 end", f"key {MASK} end", id="SK-ANT-"),
+        pytest.param("key \u017fk-ant-api03 end", f"key {MASK} end", id="a long s for the s"),
+        pytest.param("key s\u212a-ant-api03 end", f"key {MASK} end", id="a Kelvin sign for the k"),
+        pytest.param("é sk-ant-api03-Zz_9 ✓", f"é {MASK} ✓", id="in a text beyond ASCII"),
+        pytest.param(
+            "authorization: BeaRer opaque.gw.tok",
+            f"authorization: BeaRer {MASK}",
+            id="BeaRer",
+        ),
+        pytest.param(
+            "Authorization: bEARER opaque.gw.tok ✓",
+            f"Authorization: bEARER {MASK} ✓",
+            id="bEARER beyond ASCII",
+        ),
+    ],
+)
+def test_token_shapes_are_masked_in_any_case(text: str, expected: str) -> None:
+    """The token shapes ignore case, and so does the pre-check that spares most texts
+    the regex: a mixed-case token is masked, in a text and in a raw output line."""
+    redactor = Redactor()
+    assert redactor.redact(text) == expected
+    assert redactor.redact_bytes(text.encode()) == expected.encode()
+
+
+def test_only_two_letters_beyond_ascii_stand_for_a_token_letter() -> None:
+    """What `token_shapes.maybe_token` assumes of the regex engine: ignoring case, no letter beyond
+    ASCII matches a letter of `sk-ant-` or `bearer` but the long s (U+017F)
+    and the Kelvin sign (U+212A)."""
+    stand_ins = {
+        (letter, chr(code))
+        for letter in "skantber"
+        for code in range(0x80, 0x30000)
+        if not 0xD800 <= code <= 0xDFFF
+        if re.fullmatch(letter, chr(code), re.IGNORECASE)
+    }
+    assert stand_ins == {("s", "\u017f"), ("k", "\u212a")}
 
 
 def test_rotated_out_secrets_stay_masked() -> None:
