@@ -41,7 +41,8 @@ class Progress:
         self._events: collections.deque[ProgressEvent] = collections.deque()
         self._bytes = 0
         self._seq = 0
-        self._wake = asyncio.Event()
+        self._wake: asyncio.Event | None = None
+        """Set by the next event; made only when a subscriber waits (usually none does)."""
         self.closed = False
 
     def add_line(self, line: bytes) -> None:
@@ -64,7 +65,7 @@ class Progress:
     async def follow(self, after: int = 0) -> AsyncIterator[ProgressEvent]:
         """Every event past `after` still held, then each new one, until the terminal."""
         while True:
-            wake = self._wake
+            wake = self._wake = self._wake or asyncio.Event()
             first = self._events[0].seq if self._events else self._seq + 1
             for event in list(itertools.islice(self._events, max(0, after + 1 - first), None)):
                 after = event.seq
@@ -83,5 +84,6 @@ class Progress:
             self._bytes > MAX_HISTORY_BYTES and len(self._events) > 1
         ):
             self._bytes -= len(self._events.popleft().data)
-        wake, self._wake = self._wake, asyncio.Event()
-        wake.set()
+        wake, self._wake = self._wake, None
+        if wake is not None:
+            wake.set()

@@ -31,15 +31,46 @@ OTHER = "other"
 
 
 def load_event(line: bytes | str) -> Any:
-    """One line as a JSON value, or None: invalid, too deep, non-finite, lone surrogate.
+    """One line as a JSON value, or None: not UTF-8, invalid, too deep, non-finite, or
+    holding a lone surrogate.
 
-    Never raises.
+    Never raises. The checks are read off the text where it can tell (it usually
+    can), else made by walking the value.
     """
     try:
-        value = json.loads(line)
+        # Strict UTF-8: an encoded surrogate is refused here, so none comes from raw bytes.
+        text = line.decode("utf-8") if isinstance(line, bytes) else line
+        value = _DECODER.decode(text)  # a NaN, an Infinity or a 1e999 is refused here
     except (ValueError, RecursionError):  # invalid JSON or UTF-8; nested past the C stack
         return None
+    if isinstance(line, bytes) and _plainly_sound(text):
+        return value
     return value if _well_formed(value) else None
+
+
+def _finite_float(literal: str) -> float:
+    number = float(literal)
+    if not math.isfinite(number):
+        raise ValueError(literal)
+    return number
+
+
+def _no_constant(literal: str) -> float:
+    raise ValueError(literal)
+
+
+_DECODER = json.JSONDecoder(parse_float=_finite_float, parse_constant=_no_constant)
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _plainly_sound(text: str) -> bool:
+    """What `_well_formed` checks, read off a strictly decoded line when it can be: no
+    more brackets than MAX_EVENT_DEPTH (so no deeper nesting), and no `\\u` escape of
+    a surrogate (so no lone one). False means only that the walk must decide."""
+    return (
+        text.count("{") + text.count("[") <= MAX_EVENT_DEPTH
+        and _SURROGATE_ESCAPE.search(text) is None
+    )
 
 
 def decode_event(line: bytes) -> dict[str, Any] | None:

@@ -110,6 +110,48 @@ def test_a_lone_surrogate_in_a_key_or_a_list_is_no_event(line: str) -> None:
     assert load_event(line) is None
 
 
+@pytest.mark.parametrize(
+    ("line", "event"),
+    [
+        pytest.param(b'{"t": "\\ud83d"}', None, id="an escaped lone surrogate"),
+        pytest.param(b'{"t": "\xed\xa0\xbd"}', None, id="an encoded lone surrogate"),
+        pytest.param(b'{"t": "\xff"}', None, id="bytes that are not UTF-8"),
+        pytest.param(b'{"\\uDC00": 1}', None, id="an upper-case escape in a key"),
+        pytest.param(b'{"x": Infinity}', None, id="Infinity"),
+        pytest.param(b'{"x": [-Infinity]}', None, id="-Infinity in a list"),
+        pytest.param(b'{"x": -1e999}', None, id="a number past the floats"),
+        pytest.param(b'{"x": 1e308}', {"x": 1e308}, id="the largest floats are numbers"),
+        pytest.param(b'{"t": "\\ud83d\\ude00"}', {"t": "\U0001f600"}, id="an escaped pair"),
+        pytest.param('{"t": "é ✓"}'.encode(), {"t": "é ✓"}, id="UTF-8 beyond ASCII"),
+        pytest.param(
+            b'{"t": "\\\\ud800"}', {"t": "\\ud800"}, id="an escaped backslash before ud800"
+        ),
+        pytest.param(
+            b'{"t": "' + b"{[" * 40 + b'"}', {"t": "{[" * 40}, id="brackets inside a string"
+        ),
+    ],
+)
+def test_a_line_is_an_event_exactly_when_it_is_sound(line: bytes, event: object) -> None:
+    """A raw output line is read as the walk over its value would judge it, whether the
+    text alone can tell (few brackets, no surrogate escape) or the walk must."""
+    assert load_event(line) == event
+
+
+@pytest.mark.parametrize("kind", ["object", "array"])
+@pytest.mark.parametrize(
+    ("levels", "sound"), [(MAX_EVENT_DEPTH, True), (MAX_EVENT_DEPTH + 1, False)]
+)
+def test_a_raw_line_nests_max_event_depth_levels_at_most(
+    kind: str, levels: int, sound: bool
+) -> None:
+    """The depth limit holds for a raw output line too, at the count the text check and
+    the walk meet."""
+    value: object = "leaf"
+    for _ in range(levels):
+        value = {"a": value} if kind == "object" else [value]
+    assert (load_event(json.dumps(value).encode()) is not None) is sound
+
+
 def test_an_error_is_the_contract_body_with_retry_after() -> None:
     """A rate limit with a known reset: 429, the §7 detail, Retry-After in whole seconds."""
     outcome = _outcome(
