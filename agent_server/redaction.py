@@ -1,9 +1,9 @@
 """The redactor: no secret leaves the server in a log line or an answer (contract §8).
 
 It masks the exact value of every secret it has been told about, and token shapes
-(`sk-ant-…`, the value after `Authorization: Bearer`: `token_shapes`). Matching is one Aho-Corasick
-pass (`ahocorasick-rs`), so its cost follows the text's length, not the number of
-secrets times the length. Which values it holds:
+(`sk-ant-…`, the value after `Authorization: Bearer`; see `token_shapes`). Matching
+is one Aho-Corasick pass (`ahocorasick-rs`), so its cost follows the text's length,
+not the number of secrets times the length. Which values it holds:
 
 - pinned, for the server's life: the controller token, the baseline's credentials,
   every reloaded token and every override a request carried (a rotated-out token

@@ -3,13 +3,15 @@
 The server's code has no probe of its own: this harness wraps, from outside and in
 this process only, the few functions a turn passes through, and records
 `time.monotonic_ns()` (CLOCK_MONOTONIC, the same clock in every process of the
-machine) as a turn reaches each step. Two routes of this harness only (no auth):
+machine) as a turn reaches each step. Three routes of this harness only (no auth):
 
 - `GET /__bench/probes` answers the marks recorded since the last call, and
   forgets them;
 - `POST /__bench/direct` makes figure 1's direct spawn (plain asyncio, no turn code)
   from inside the server process, and answers its marks and the CLI's stdout: what
-  the server's process costs a spawn, apart from what its code does.
+  the server's process costs a spawn, apart from what its code does;
+- `POST /__bench/echo?bytes=N` reads the body and answers N bytes of JSON: an HTTP
+  exchange through uvicorn and no code of the server's.
 
     received     the first bytes of a request reach the HTTP protocol
     app          uvicorn calls the ASGI app (headers parsed, task scheduled)
