@@ -16,7 +16,7 @@ import time
 from dataclasses import asdict, dataclass
 
 from bench.plan import Plan
-from bench.report import Figure, at_most, median
+from bench.report import Figure, median
 from bench.server import BenchServer, Workspace
 from bench.turn_overhead import server_turn
 
@@ -121,35 +121,29 @@ def measure(workspace: Workspace, plan: Plan) -> list[Figure]:
     growth = big.peak_mib - big.before_mib
     kept = big.after_1s_mib - big.before_mib
     return [
-        Figure(
+        Figure.limited(
             "4 idle RSS (median)",
             idle,
             "MiB",
-            target=f"<= {TARGET_IDLE_MIB:g} MiB",
-            verdict=at_most(idle, TARGET_IDLE_MIB),
-            target_value=TARGET_IDLE_MIB,
+            TARGET_IDLE_MIB,
             baseline="48.7 MB",
             note=f"{len(idle_mib)} fresh servers, after start + 1 health call",
             details={"idle_mib": idle_mib},
         ),
-        Figure(
+        Figure.limited(
             "4 start to healthy (median)",
             start,
             "s",
-            target=f"<= {TARGET_START_S:g} s",
-            verdict=at_most(start, TARGET_START_S),
-            target_value=TARGET_START_S,
+            TARGET_START_S,
             baseline="0.46 s",
             note="spawn to first 200 on /health, " + ", ".join(f"{s:.2f}" for s in started_s),
             details={"started_s": started_s},
         ),
-        Figure(
+        Figure.limited(
             f"4 RSS growth, CLI printing {big.printed_mib:.0f} MiB (peak - before)",
             growth,
             "MiB",
-            target=f"<= {TARGET_GROWTH_MIB:g} MiB",
-            verdict=at_most(growth, TARGET_GROWTH_MIB),
-            target_value=TARGET_GROWTH_MIB,
+            TARGET_GROWTH_MIB,
             baseline="+200 MB",
             note=(
                 f"{big.before_mib:.1f} -> peak {big.peak_mib:.1f} MiB in {big.turn_s:.1f} s; "
@@ -157,13 +151,11 @@ def measure(workspace: Workspace, plan: Plan) -> list[Figure]:
             ),
             details=asdict(big),
         ),
-        Figure(
+        Figure.limited(
             "4 RSS the turn leaves (1 s later - before)",
             kept,
             "MiB",
-            target=f"<= {TARGET_GROWTH_MIB:g} MiB",
-            verdict=at_most(kept, TARGET_GROWTH_MIB),
-            target_value=TARGET_GROWTH_MIB,
+            TARGET_GROWTH_MIB,
             note=f"right after the answer: {big.after_mib - big.before_mib:+.1f} MiB",
         ),
     ]

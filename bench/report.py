@@ -35,6 +35,20 @@ class Figure:
     """One short line for the table."""
     details: dict[str, Any] = field(default_factory=dict)
 
+    @classmethod
+    def limited(cls, name: str, measured: float, unit: str, limit: float, **fields: Any) -> Figure:
+        """A figure whose target is `measured <= limit`: its text, verdict and value."""
+        space = "" if unit == "x" else " "
+        return cls(
+            name,
+            measured,
+            unit,
+            target=f"<= {limit:g}{space}{unit}",
+            verdict=at_most(measured, limit),
+            target_value=limit,
+            **fields,
+        )
+
     def shown(self) -> str:
         """The measured value with its unit, for the table."""
         if self.unit == "x":
