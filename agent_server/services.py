@@ -16,15 +16,15 @@ from agent_server.config import Settings
 from agent_server.credentials.override_file import OverrideFile
 from agent_server.credentials.state import CredentialState
 from agent_server.credentials.store import CredentialStore, overrides_secrets
-from agent_server.execution.callback import CallbackSender
 from agent_server.execution.chat_session import ChatSession
 from agent_server.execution.process_group import Reaper
 from agent_server.execution.registry import Registry
-from agent_server.execution.results import Results
-from agent_server.execution.retained import RetainedResults
 from agent_server.execution.turn import TurnRunner
 from agent_server.metrics import Metrics
 from agent_server.names import CONTROLLER_TOKEN, is_credential_name
+from agent_server.records.callback import CallbackSender
+from agent_server.records.results import Results
+from agent_server.records.retained import RetainedResults
 from agent_server.redaction import Redactor
 from agent_server.runtimes import adapter_for
 from agent_server.runtimes.base import RuntimeAdapter

@@ -16,13 +16,15 @@ from datetime import UTC, datetime
 from typing import Literal
 
 from agent_server.errors import Busy, ExecutionInProgress, NotFound
-from agent_server.execution.progress import Progress
 from agent_server.execution.timings import SHUTDOWN_MARGIN_S
 from agent_server.names import AuthRoute
+from agent_server.records.progress import Progress
+from agent_server.records.retained import MAX_RESULTS
 
 logger = logging.getLogger("agent_server.registry")
 
-RECENT_LIMIT = 200
+RECENT_LIMIT = MAX_RESULTS
+"""As many finished ids as retained results (contract §6.6)."""
 RECENT_PROGRESS_LIMIT = 16
 """Finished turns whose events a late subscriber can still replay."""
 BUSY_RETRY_AFTER_S = 5

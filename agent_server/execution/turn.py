@@ -36,7 +36,6 @@ from agent_server.execution.chat_session import ChatSession
 from agent_server.execution.outcome import Outcome, cancelled, classify_outcome, shutdown_killed
 from agent_server.execution.process_group import Reaper
 from agent_server.execution.registry import Execution, Registry
-from agent_server.execution.results import Results
 from agent_server.execution.runner import ProcessFacts, run_process
 from agent_server.execution.transcript import Transcript
 from agent_server.logs import execution_id_var
@@ -47,6 +46,7 @@ from agent_server.names import (
     SUBSCRIPTION_SHADOW_KEYS,
     OutcomeKind,
 )
+from agent_server.records.results import Results
 from agent_server.redaction import Redactor
 from agent_server.runtimes.base import RuntimeAdapter, TurnSpec
 from agent_server.runtimes.stream import TurnStream

@@ -8,8 +8,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from agent_server.errors import NotFound
-from agent_server.execution.progress import Progress
 from agent_server.execution.registry import Registry
+from agent_server.records.progress import Progress
 from agent_server.routes.respond import answer_events
 
 STREAM_END = '{"type":"stream_end"}'

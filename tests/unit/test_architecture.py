@@ -6,12 +6,13 @@
         config                         settings (names the runtimes)
           execution                    one turn's orchestration, outcome, answer
             runtimes | credentials     each owns its facts
+            | records                  what outlives a turn: results, callbacks, events
               spawn_env                the environment of a spawn
                 leaves                 logs > turn_models, errors, redaction, metrics
                                        > models, token_shapes > names, secret_file
 
 A module may import its own folder and anything on a lower layer; two folders on
-the same layer (runtimes, credentials) never import each other.
+the same layer (runtimes, credentials, records) never import each other.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ LAYERS: dict[str, int] = {
     "config": 7,
     "execution": 6,
     "runtimes": 5,
+    "records": 5,
     "credentials": 5,
     "spawn_env": 4,
     "logs": 3,

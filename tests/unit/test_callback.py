@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
-from agent_server.execution.callback import CallbackSender
-from agent_server.execution.retained import RESULT_TTL_S
 from agent_server.metrics import Metrics
+from agent_server.records.callback import CallbackSender
+from agent_server.records.retained import RESULT_TTL_S
 from tests.support.callback_receiver import CallbackReceiver
 from tests.support.fake_cli import fingerprint
 

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from agent_server.execution.progress import (
+from agent_server.records.progress import (
     MAX_EVENT_BYTES,
     MAX_EVENTS,
     MAX_HISTORY_BYTES,

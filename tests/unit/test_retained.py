@@ -15,17 +15,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent_server.execution import retained
-from agent_server.execution.envelope import (
+from agent_server.execution.outcome import ERROR_CODES
+from agent_server.metrics import Metrics
+from agent_server.records import retained
+from agent_server.records.envelope import (
     MAX_RESPONSE_CHARS,
     TRINITY_CODES,
     bound_log,
     envelope_of,
 )
-from agent_server.execution.outcome import ERROR_CODES
-from agent_server.execution.results import Results
-from agent_server.execution.retained import RetainedResults
-from agent_server.metrics import Metrics
+from agent_server.records.results import Results
+from agent_server.records.retained import RetainedResults
 from agent_server.redaction import MASK, Redactor
 from agent_server.secret_file import json_chunks, read_json_file, write_json_file
 from agent_server.turn_models import ResultEnvelope, RetainedResult

@@ -34,8 +34,8 @@ from urllib.parse import quote
 
 from pydantic import SecretStr
 
-from agent_server.execution.retained import RESULT_TTL_S
 from agent_server.metrics import Metrics
+from agent_server.records.retained import RESULT_TTL_S
 from agent_server.secret_file import check_dir, read_json_file, write_json_file
 
 if TYPE_CHECKING:

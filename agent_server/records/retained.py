@@ -28,15 +28,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from agent_server.execution.registry import RECENT_LIMIT
 from agent_server.models import EXECUTION_ID_PATTERN
 from agent_server.secret_file import check_dir, read_json_file, write_json_file
 
 logger = logging.getLogger("agent_server.retained")
 
 RESULT_TTL_S = 6 * 3600
-MAX_RESULTS = RECENT_LIMIT
-"""As many as the running list's `recently_completed_ids`."""
+MAX_RESULTS = 200
+"""As many as the running list's `recently_completed_ids` (`Registry` reads it here)."""
 MAX_RESULTS_BYTES = 256 * 1024 * 1024
 MAX_RECORD_BYTES = 64 * 1024 * 1024
 """A file larger than this is not read back (no record we write comes near it)."""

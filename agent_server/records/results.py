@@ -16,11 +16,11 @@ from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from agent_server.execution.callback import CallbackSender
-from agent_server.execution.envelope import bound_log, envelope_of
-from agent_server.execution.retained import RetainedResults
 from agent_server.metrics import Metrics
 from agent_server.names import AuthRoute
+from agent_server.records.callback import CallbackSender
+from agent_server.records.envelope import bound_log, envelope_of
+from agent_server.records.retained import RetainedResults
 from agent_server.redaction import Redactor
 
 logger = logging.getLogger("agent_server.results")
