@@ -13,15 +13,21 @@ not the number of secrets times the length. Which values it holds:
   rewrites its `.env` cannot grow the redactor without bound.
 
 Values shorter than `MIN_SECRET_LENGTH` are left alone (a false positive on every
-short word costs more than it hides); a number is matched as its text. Each value is
-also matched in its JSON-escaped spellings, so a secret holding a quote or a
-non-ASCII character is found inside a raw stream-json line too.
+short word costs more than it hides), and so is a value that occurs in the server's
+own vocabulary (`own_vocabulary`: the words of its code, so its routes, keys, codes,
+header values and the CLIs' event names): a `.env` holding `X_TOKEN=rate_limit` must
+not mask the protocol, and no real credential is a word of it. A number is matched
+as its text. Each value is also matched in its JSON-escaped spellings, so a secret
+holding a quote or a non-ASCII character is found inside a raw stream-json line too.
+
+The answer gate (`clean`, `dumps`) masks values, never a dictionary's keys: every
+key of an answer is the server's own, or came from a CLI line that was redacted as
+it arrived (contract §8), so no redaction can remove a key the server reads.
 """
 
 from __future__ import annotations
 
 import collections
-import json
 import logging
 import math
 import re
@@ -30,13 +36,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-import ahocorasick_rs
 from pydantic import SecretStr
 
 from agent_server.secret_file import compact_json
+from agent_server.secret_matcher import MASK, SURROGATE, Matcher, occurring, valid_text
 from agent_server.token_shapes import LONGEST_HINT, TOKEN_PATTERNS, maybe_token
+from agent_server.vocabulary import own_vocabulary
 
-MASK = "[REDACTED]"
 MIN_SECRET_LENGTH = 8
 DEPARTED_LIMIT = 1024
 """How many values that left `.env` stay masked before the oldest is forgotten."""
@@ -44,7 +50,6 @@ MAX_CLEAN_DEPTH = 64
 """Deeper JSON than this in an answer is replaced by `TOO_DEEP` (never a 500)."""
 TOO_DEEP = "[nested too deep]"
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
 LOG_EXTRA_FIELDS = ("key", "execution_id")
 """Log record attributes a formatter writes beside the message (redacted too)."""
 
@@ -52,13 +57,15 @@ LOG_EXTRA_FIELDS = ("key", "execution_id")
 class Redactor:
     """Masks known secret values and token patterns in text and JSON-like values."""
 
-    def __init__(self, departed_limit: int = DEPARTED_LIMIT) -> None:
+    def __init__(self, departed_limit: int = DEPARTED_LIMIT, vocabulary: str | None = None) -> None:
+        self._vocabulary = own_vocabulary() if vocabulary is None else vocabulary
+        """Text whose words are never secrets (the server's own code, by default)."""
         self._lock = threading.Lock()
         self._pinned: set[str] = set()
         self._dotenv: frozenset[str] = frozenset()
         self._departed: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._departed_limit = departed_limit
-        self._matcher: _Matcher | None = _Matcher(())
+        self._matcher: Matcher | None = Matcher(())
 
     # --- what it knows ---------------------------------------------------------------
 
@@ -144,7 +151,7 @@ class Redactor:
             return earlier.data
         return self._dumps(value, matcher)
 
-    def _dumps(self, value: Any, matcher: _Matcher) -> bytes:
+    def _dumps(self, value: Any, matcher: Matcher) -> bytes:
         try:
             text = compact_json(value)
         except (TypeError, ValueError, RecursionError):
@@ -153,7 +160,7 @@ class Redactor:
             text = compact_json(self._clean(value, matcher, 0))
         return text.encode("utf-8")
 
-    def _clean(self, value: Any, matcher: _Matcher, depth: int) -> Any:
+    def _clean(self, value: Any, matcher: Matcher, depth: int) -> Any:
         if isinstance(value, str):
             return self._clean_text(value, matcher)
         if value is None or isinstance(value, bool):
@@ -166,31 +173,33 @@ class Redactor:
         if depth >= MAX_CLEAN_DEPTH:
             return TOO_DEEP
         if isinstance(value, dict):
+            # Keys are the server's own or were masked as their line arrived: never masked
+            # here, where the server may still read them (a key is only made valid text).
             return {
-                self._clean_text(str(k), matcher): self._clean(v, matcher, depth + 1)
-                for k, v in value.items()
+                valid_text(str(k)): self._clean(v, matcher, depth + 1) for k, v in value.items()
             }
         if isinstance(value, list | tuple):
             return [self._clean(v, matcher, depth + 1) for v in value]
         return self._clean_text(str(value), matcher)
 
-    def _clean_text(self, text: str, matcher: _Matcher) -> str:
+    def _clean_text(self, text: str, matcher: Matcher) -> str:
         masked = matcher.mask(text)
         if maybe_token(masked):
             masked = TOKEN_PATTERNS.sub(_mask_token, masked)
         try:
             masked.encode("utf-8")
         except UnicodeEncodeError:  # a lone surrogate, e.g. an emoji cut in half
-            masked = _SURROGATE.sub("\ufffd", masked)
+            masked = SURROGATE.sub("\ufffd", masked)
         return masked
 
-    def _current(self) -> _Matcher:
+    def _current(self) -> Matcher:
         matcher = self._matcher
         if matcher is not None:
             return matcher
         with self._lock:
             if self._matcher is None:
-                self._matcher = _Matcher(self._pinned | self._dotenv | self._departed.keys())
+                values = self._pinned | self._dotenv | self._departed.keys()
+                self._matcher = Matcher(values - occurring(values, self._vocabulary))
             return self._matcher
 
 
@@ -201,7 +210,7 @@ class Serialised:
     secret since."""
 
     data: bytes
-    matcher: _Matcher
+    matcher: Matcher
 
 
 _CONTAINERS = (dict, list, tuple)
@@ -229,7 +238,7 @@ _BATCH_CHARS = 64 * 1024
 """`_clean_already` checks texts joined in batches of about this many characters."""
 
 
-def _clean_already(value: Any, matcher: _Matcher) -> bool:
+def _clean_already(value: Any, matcher: Matcher) -> bool:
     """True when `Redactor._clean` would return `value` unchanged.
 
     That is: only JSON's types (dict with str keys, list, str, int, float, bool,
@@ -273,7 +282,7 @@ def _clean_already(value: Any, matcher: _Matcher) -> bool:
     return _texts_clean(texts, matcher)
 
 
-def _text_clean(text: str, matcher: _Matcher) -> bool:
+def _text_clean(text: str, matcher: Matcher) -> bool:
     """`_texts_clean` of one long text, a window of `_BATCH_CHARS` at a time: a whole
     text's UTF-8 copies (the check's, the matcher's) would double a large answer.
     Windows overlap by as much as a match can span, so none falls between two."""
@@ -285,7 +294,7 @@ def _text_clean(text: str, matcher: _Matcher) -> bool:
     )
 
 
-def _texts_clean(texts: list[str], matcher: _Matcher) -> bool:
+def _texts_clean(texts: list[str], matcher: Matcher) -> bool:
     """True when no secret form, token shape or lone surrogate is in any of `texts`."""
     joined = "\n".join(texts)
     if maybe_token(joined):
@@ -295,55 +304,6 @@ def _texts_clean(texts: list[str], matcher: _Matcher) -> bool:
     except UnicodeEncodeError:
         return False
     return not matcher.finds(joined)
-
-
-class _Matcher:
-    """One immutable Aho-Corasick automaton over the values and their JSON spellings."""
-
-    def __init__(self, values: Iterable[str]) -> None:
-        forms: set[str] = set()
-        for value in values:
-            forms.add(value)
-            forms.add(json.dumps(value)[1:-1])  # `"` -> `\"`, é -> \u00e9
-            forms.add(json.dumps(value, ensure_ascii=False)[1:-1])
-        self.longest = max(map(len, forms), default=0)
-        """The length of the longest form."""
-        self._automaton = (
-            ahocorasick_rs.AhoCorasick(
-                sorted(forms),
-                matchkind=ahocorasick_rs.MatchKind.LeftmostLongest,
-                implementation=ahocorasick_rs.Implementation.ContiguousNFA,
-            )
-            if forms
-            else None
-        )
-
-    def finds(self, text: str) -> bool:
-        """True when any form occurs in `text` (which holds no lone surrogate)."""
-        return self._automaton is not None and bool(self._automaton.find_matches_as_indexes(text))
-
-    def mask(self, text: str) -> str:
-        """`text` with every form masked, longest first (the same object if none matched).
-
-        A lone surrogate (which no encoder takes) becomes U+FFFD first.
-        """
-        if self._automaton is None:
-            return text
-        try:
-            matches = self._automaton.find_matches_as_indexes(text)
-        except UnicodeEncodeError:
-            text = _SURROGATE.sub("\ufffd", text)
-            matches = self._automaton.find_matches_as_indexes(text)
-        if not matches:
-            return text
-        parts: list[str] = []
-        last = 0
-        for _, start, end in matches:
-            parts.append(text[last:start])
-            parts.append(MASK)
-            last = end
-        parts.append(text[last:])
-        return "".join(parts)
 
 
 def _plain(values: Iterable[SecretStr | str | None]) -> set[str]:

@@ -1,9 +1,11 @@
-"""The one gate every answer passes: body and headers through the redactor, then JSON.
+"""The one gate every answer passes: its body through the redactor, then JSON.
 
 Every route and error handler answers through `answer` (and /metrics through
 `answer_text`, a turn's live events through `answer_events`), so no body leaves
-without the redactor: every string masked, lone surrogates replaced, non-finite
-numbers null, depth bounded. The JSON is then always valid, whatever a CLI printed.
+without the redactor: every string value masked, lone surrogates replaced,
+non-finite numbers null, depth bounded. The JSON is then always valid, whatever a
+CLI printed. Headers are the server's own words (a route, a number of seconds) and
+pass as they are: nothing the agent writes may mask the protocol (contract §8).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ def answer(
     return Response(
         redactor.dumps(body, serialised),
         status_code=status_code,
-        headers=_headers(redactor, headers),
+        headers=dict(headers or {}),
         media_type="application/json",
     )
 
@@ -63,7 +65,3 @@ def answer_events(
             yield ServerSentEvent(redactor.redact(data), event=name, id=event_id)
 
     return EventSourceResponse(clean(), ping=SSE_PING_S, send_timeout=SSE_SEND_TIMEOUT_S)
-
-
-def _headers(redactor: Redactor, headers: Mapping[str, str] | None) -> dict[str, str]:
-    return {name: redactor.redact(value) for name, value in (headers or {}).items()}

@@ -21,6 +21,7 @@ from agent_server.redaction import (
     RedactingFilter,
     Redactor,
 )
+from agent_server.vocabulary import own_vocabulary
 
 SECRET = "plain-secret-value-1"
 
@@ -107,11 +108,40 @@ def test_rotated_out_secrets_stay_masked() -> None:
 
 
 def test_clean_walks_json() -> None:
-    """Strings inside dicts (keys too) and lists are masked; other values pass."""
+    """String values inside dicts and lists are masked; keys and other values pass."""
     redactor = Redactor()
     redactor.add([SECRET])
     value = {"a": [SECRET, 1, None, True], SECRET: {"b": f"x{SECRET}"}}
-    assert redactor.clean(value) == {"a": [MASK, 1, None, True], MASK: {"b": f"x{MASK}"}}
+    assert redactor.clean(value) == {"a": [MASK, 1, None, True], SECRET: {"b": f"x{MASK}"}}
+
+
+@pytest.mark.parametrize(
+    "word",
+    [
+        pytest.param("rate_limit", id="an error code"),
+        pytest.param("switch_credential", id="a key of the error body"),
+        pytest.param("oauth_token", id="a header value"),
+        pytest.param("/api/executions/", id="a route"),
+        pytest.param("rate_limit_event", id="an event name of the CLI"),
+        pytest.param("te_limit", id="a piece of a protocol word"),
+    ],
+)
+def test_a_word_of_the_protocol_is_never_a_secret(word: str) -> None:
+    """A `.env` value the server's own code spells is not held: the protocol stays whole."""
+    redactor = Redactor()
+    redactor.track_dotenv([word, SECRET])
+    text = (
+        f'{{"error_code":"rate_limit","switch_credential":true}} {word} /api/executions/ {SECRET}'
+    )
+    assert redactor.redact(text) == text.replace(SECRET, MASK)
+    assert redactor.size == 2  # known, and left alone
+
+
+def test_the_vocabulary_is_the_servers_own_code() -> None:
+    """Its routes, codes, keys and the CLIs' event names are all in it."""
+    vocabulary = own_vocabulary()
+    for word in ("/api/credentials/reload-token", "no_retained_result", "rate_limit_info"):
+        assert word in vocabulary
 
 
 @pytest.mark.parametrize(
