@@ -25,6 +25,7 @@ from agent_server.execution.timings import server_shutdown_timeout
 from agent_server.logs import choose_log_format
 from agent_server.models import CredentialStatus, DriftRow
 from agent_server.names import CONTROLLER_TOKEN
+from agent_server.spawn_user import check_can_switch
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -67,6 +68,11 @@ def serve(client_limits: ClientLimits | None = None) -> int:
         logger.error("agent-server: %s", exc)
         return 2
     configure_logging(redactor, log_format=settings.log_format)
+    try:
+        _announce_isolation(settings, logger)
+    except ConfigError as exc:
+        logger.error("agent-server: %s", exc)
+        return 2
     # Settings hold it now: no later reader of os.environ (nor a child) gets it.
     os.environ.pop(CONTROLLER_TOKEN, None)
     try:
@@ -79,6 +85,26 @@ def serve(client_limits: ClientLimits | None = None) -> int:
     config = uvicorn_config(app, settings, limits)
     _DrainingServer(config, services.registry, settings.shutdown_grace_s).run()
     return 0
+
+
+def _announce_isolation(settings: Settings, logger: logging.Logger) -> None:
+    """Refuse a spawn user this server cannot become (ConfigError); say what same-uid
+    mode leaves open (contract §10)."""
+    if settings.spawn_user is not None:
+        check_can_switch(settings.spawn_user)
+        logger.info(
+            "turns run as %s (uid %d): the agent cannot reach the server, its state dir or "
+            "its memory",
+            settings.spawn_user.name,
+            settings.spawn_user.uid,
+        )
+        return
+    logger.warning(
+        "AGENT_SERVER_SPAWN_USER is not set: turns run as the server's own user, so the "
+        "agent can signal the server and read and write its state dir (the rotated "
+        "token, retained and pending results, a generated controller token); set it to "
+        "separate them (contract §10)"
+    )
 
 
 def uvicorn_config(app: ASGIApp, settings: Settings, limits: ClientLimits) -> uvicorn.Config:

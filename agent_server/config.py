@@ -19,6 +19,7 @@ from pydantic import SecretStr
 from agent_server.errors import ConfigError
 from agent_server.logs import choose_log_format
 from agent_server.runtimes import RUNTIME_NAMES, adapter_for
+from agent_server.spawn_user import SPAWN_USER_VARIABLE, SpawnUser, resolve_spawn_user
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,10 @@ class Settings:
     callback_key: SecretStr | None = field(repr=False)
     """`TRINITY_MCP_API_KEY`: the bearer credential of those callbacks."""
     baseline_env: Mapping[str, str] = field(repr=False)
-    """The process environment at boot: the lowest spawn-env layer (contract §4)."""
+    """The process environment at boot: the lowest spawn-env layer (contract §4); with a
+    spawn user, its HOME, USER and LOGNAME are that user's."""
+    spawn_user: SpawnUser | None = None
+    """`AGENT_SERVER_SPAWN_USER`: whom every spawn runs as (None: the server's own uid)."""
 
     @property
     def override_file(self) -> Path:
@@ -60,6 +64,10 @@ class Settings:
         `isatty` says whether stderr is a terminal (it picks the default log format).
         """
         home = Path(environ.get("HOME") or Path.home())
+        raw_user = environ.get(SPAWN_USER_VARIABLE, "").strip()
+        spawn_user = resolve_spawn_user(raw_user) if raw_user else None
+        # `~` of the agent's files (its workdir and .env) is the spawn user's home.
+        agent_home = spawn_user.home if spawn_user is not None else home
         runtime_raw = environ.get("AGENT_RUNTIME", "claude-code")
         runtime = RUNTIME_NAMES.get(runtime_raw.strip().lower())
         if runtime is None:
@@ -81,8 +89,8 @@ class Settings:
             state_dir=Path(
                 environ.get("AGENT_SERVER_STATE_DIR") or Path(state_home) / "agent-server"
             ),
-            env_file=Path(environ.get("AGENT_SERVER_ENV_FILE") or home / ".env"),
-            workdir=Path(environ.get("AGENT_SERVER_WORKDIR") or home),
+            env_file=Path(environ.get("AGENT_SERVER_ENV_FILE") or agent_home / ".env"),
+            workdir=Path(environ.get("AGENT_SERVER_WORKDIR") or agent_home),
             permission_mode=environ.get("AGENT_SERVER_PERMISSION_MODE", "bypassPermissions"),
             max_parallel=_integer(environ, "AGENT_SERVER_MAX_PARALLEL", 32, minimum=1),
             shutdown_grace_s=_number(environ, "AGENT_SERVER_SHUTDOWN_GRACE_S", 30.0),
@@ -92,7 +100,8 @@ class Settings:
             insecure_no_auth=_flag(environ, "AGENT_SERVER_INSECURE_NO_AUTH"),
             callback_url=_backend_url(environ),
             callback_key=SecretStr(callback_key) if callback_key else None,
-            baseline_env=dict(environ),
+            baseline_env={**environ, **(spawn_user.environ() if spawn_user else {})},
+            spawn_user=spawn_user,
         )
 
     @classmethod

@@ -201,6 +201,10 @@ class Health(BaseModel):
     version: str
     active_executions: int
     auth: Literal["token", "insecure"]
+    isolation: Literal["same_uid", "spawn_user"]
+    """`spawn_user`: turns run as another user than the server (contract §10)."""
+    spawn_user: str | None = None
+    """That user's name, when separated."""
     capabilities: Capabilities
 
 

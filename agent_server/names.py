@@ -40,6 +40,17 @@ ROUTING_VARS = frozenset(
 )
 """Where a spawn's requests go and whom its TLS trusts: a credential's route (contract §4.6)."""
 
+DESCRIPTOR_SUFFIX = "_FILE_DESCRIPTOR"
+"""`CLAUDE_CODE_OAUTH_TOKEN_FILE_DESCRIPTOR=N`: the CLI reads that credential from fd N.
+Only the server hands descriptors out: no layer below the spawn may name one."""
+CLAUDE_DESCRIPTORS = {
+    CLAUDE_OAUTH: "CLAUDE_CODE_OAUTH_TOKEN" + DESCRIPTOR_SUFFIX,
+    API_KEY: "CLAUDE_CODE_API_KEY" + DESCRIPTOR_SUFFIX,
+}
+"""The credentials Claude Code takes from a descriptor, and the variable naming it.
+`ANTHROPIC_AUTH_TOKEN` is not among them: 2.1.328's gateway-token descriptor serves its
+own gateway mode only and never becomes the bearer sent to `ANTHROPIC_BASE_URL`."""
+
 CONTROLLER_TOKEN = "TRINITY_AGENT_AUTH_TOKEN"  # noqa: S105 - a variable name
 EXECUTION_ID = "TRINITY_EXECUTION_ID"
 
@@ -84,14 +95,23 @@ _CREDENTIAL_SUFFIXES = ("_API_KEY", "_TOKEN", "_SECRET", "_PASSWORD")
 
 
 def is_server_only(name: str) -> bool:
-    """The server's own secret and settings: no spawn ever receives them."""
-    return name == CONTROLLER_TOKEN or name.startswith("AGENT_SERVER_")
+    """The server's own secret and settings, and credential descriptors (which only the
+    server hands out, contract §4.7): no spawn receives them from the baseline."""
+    return (
+        name == CONTROLLER_TOKEN
+        or name.startswith("AGENT_SERVER_")
+        or name.endswith(DESCRIPTOR_SUFFIX)
+    )
 
 
 @functools.lru_cache(maxsize=16384)
 def is_protected(name: str) -> bool:
     """Names `.env` may not set (contract §4.2): loaders, exec hooks, the server's own."""
-    return name in _PROTECTED_EXACT or _PROTECTED_PATTERN.match(name) is not None
+    return (
+        name in _PROTECTED_EXACT
+        or name.endswith(DESCRIPTOR_SUFFIX)
+        or _PROTECTED_PATTERN.match(name) is not None
+    )
 
 
 @functools.lru_cache(maxsize=16384)

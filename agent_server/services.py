@@ -86,7 +86,7 @@ class Services:
         redactor.add([controller_token])
         spawn_envs = SpawnEnvBuilder(DotenvFile(settings.env_file), redactor)
         registry = Registry(settings.max_parallel)
-        reaper = Reaper()
+        reaper = Reaper(files_as=settings.spawn_user)
         callbacks = (
             CallbackSender(
                 backend_url=settings.callback_url,
@@ -114,6 +114,7 @@ class Services:
             max_log_bytes=settings.max_log_bytes,
             reaper=reaper,
             results=results,
+            launcher=settings.spawn_user.launcher() if settings.spawn_user else (),
         )
         return cls(
             settings=settings,

@@ -6,6 +6,7 @@ import os
 import secrets
 from collections.abc import Iterable
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -33,6 +34,14 @@ class SecretRegistry:
         """Labels of registered secrets that occur in any of `texts`."""
         joined = "\n".join(texts)
         return sorted({label for value, label in self._values.items() if value in joined})
+
+
+def unavailable(reason: str) -> NoReturn:
+    """Skip a test that cannot run on this machine, but fail it under CI, where every
+    tier must run (`.ci/run` provides what it needs: root, a docker daemon, …)."""
+    if os.environ.get("CI"):
+        pytest.fail(f"under CI: {reason}")
+    pytest.skip(reason)
 
 
 @pytest.fixture(scope="session")

@@ -1,12 +1,17 @@
-"""What the runner makes of a CLI's pipes: stdout as bounded lines, stderr as a safe tail.
+"""A CLI's pipes: stdout as bounded lines, stderr as a safe tail, credentials on descriptors.
 
-Both work on chunks as they arrive, so nothing buffers more than one line (at most
-`max_line_bytes`) or the tail's limit, however fast the CLI prints.
+Stdout and stderr work on chunks as they arrive, so nothing buffers more than one
+line (at most `max_line_bytes`) or the tail's limit, however fast the CLI prints.
+A credential the CLI takes on a descriptor is written to a pipe of its own before
+the spawn (contract §4.7).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Mapping
+
+from agent_server.errors import SpawnTooLarge
 
 
 class LineSplitter:
@@ -82,3 +87,34 @@ class StderrTail:
         if self._cut:
             tail = tail.partition(b"\n")[2]
         return tail.decode("utf-8", errors="replace")
+
+
+def descriptor_pipes(descriptors: Mapping[str, str], env: dict[str, str]) -> list[int]:
+    """A pipe per value, written whole and closed; `env` names each read end. The read
+    ends are returned for the child to inherit (and the caller to close after the spawn).
+
+    The write end never blocks: a value that does not fit the pipe at once (64 KiB
+    usually, one page when the user's pipe quota is spent) is refused, no credential is.
+    """
+    read_ends: list[int] = []
+    try:
+        for name, value in descriptors.items():
+            read_end, write_end = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+            read_ends.append(read_end)
+            os.set_blocking(read_end, True)  # the CLI reads it as a plain blocking fd
+            data = value.encode()
+            try:
+                written = os.write(write_end, data)
+            except BlockingIOError:
+                written = 0
+            finally:
+                os.close(write_end)
+            if written != len(data):
+                msg = f"the spawn's {name} does not fit a pipe ({len(data)} bytes)"
+                raise SpawnTooLarge(msg)
+            env[name] = str(read_end)
+    except BaseException:
+        for fd in read_ends:
+            os.close(fd)
+        raise
+    return read_ends

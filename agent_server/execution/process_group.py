@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from agent_server.execution.timings import ORPHAN_REAP_DELAY_S, REAP_POLL_S, REAP_TIMEOUT_S
+from agent_server.spawn_user import SpawnUser, file_ids_of
 
 logger = logging.getLogger("agent_server.process_group")
 
@@ -210,7 +211,9 @@ class Reaper:
     of inherited processes, never a turn leader asyncio is still waiting for.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, files_as: SpawnUser | None = None) -> None:
+        self.files_as = files_as
+        """The spawn user, whose file-system ids read its processes' environments."""
         self.leaders: set[int] = set()
         """The pids of running CLIs: asyncio's child watcher reaps those, never us."""
         self._spawning = 0
@@ -304,7 +307,7 @@ class Reaper:
                 if state == "Z" and not self._spawning:
                     _reap(pid)
                 continue
-            if idle or _carries(pid, needle):
+            if idle or _carries(pid, needle, self.files_as):
                 alive.append(pid)
         return alive
 
@@ -347,10 +350,14 @@ def _state(pid: int) -> str | None:
     return fields[0].decode() if fields else None
 
 
-def _carries(pid: int, needle: bytes) -> bool:
-    """True when `pid`'s environment holds the tag (`\\0NAME=value\\0`)."""
+def _carries(pid: int, needle: bytes, files_as: SpawnUser | None) -> bool:
+    """True when `pid`'s environment holds the tag (`\\0NAME=value\\0`).
+
+    The kernel shows a process's environment to its own uid: a spawn user's process
+    is read with that user's file-system ids, on this thread, for this one open.
+    """
     try:
-        with open(f"/proc/{pid}/environ", "rb") as environ:
+        with file_ids_of(files_as), open(f"/proc/{pid}/environ", "rb") as environ:
             return needle in b"\0" + environ.read() + b"\0"
     except OSError:
         return False  # unreadable: gone, or not ours to read; only an idle sweep takes it

@@ -32,7 +32,7 @@ from typing import Any, cast
 import anyio
 
 from agent_server.errors import SpawnTooLarge
-from agent_server.execution.pipes import LineSplitter, StderrTail
+from agent_server.execution.pipes import LineSplitter, StderrTail, descriptor_pipes
 from agent_server.execution.process_group import ProcessGroup, Reaper
 from agent_server.execution.timings import KILL_GRACE_S, PIPE_CLOSE_S, PIPE_DRAIN_S
 
@@ -79,6 +79,7 @@ async def run_process(
     on_spawn: Callable[[int], None] | None = None,
     reaper: Reaper | None = None,
     sweep_tag: str | None = None,
+    descriptors: Mapping[str, str] | None = None,
 ) -> ProcessResult:
     """Run argv to its end in its own process group and report how it ended.
 
@@ -97,6 +98,8 @@ async def run_process(
     - `on_spawn` gets the leader's pid (= its process group id) once it runs.
     - With a `reaper` and a `sweep_tag` (`NAME=value` in the child's environment),
       every ending also kills and collects what left the group (`Reaper.sweep`).
+    - `descriptors` (variable -> value): each value is written to a pipe whose read end
+      the child inherits, the variable set to its number (contract §4.7).
     """
     if not argv:
         msg = "argv must name a command"
@@ -106,6 +109,8 @@ async def run_process(
     protocol = _TurnProtocol(
         on_line=on_line, max_line_bytes=max_line_bytes, stderr_tail_bytes=stderr_tail_bytes
     )
+    env = dict(env)
+    handed = descriptor_pipes(descriptors or {}, env)
     with reaper.spawning() if reaper is not None else contextlib.nullcontext():
         try:
             transport, _ = await loop.subprocess_exec(
@@ -114,12 +119,16 @@ async def run_process(
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
-                env=dict(env),
+                env=env,
                 cwd=cwd,
                 start_new_session=True,
+                pass_fds=handed,
             )
         except _SPAWN_ERRORS:
             return ProcessResult(ProcessFacts(exit_code=None, spawn_failed=True), pid=None)
+        finally:
+            for fd in handed:
+                os.close(fd)
         pid = transport.get_pid()
         if reaper is not None:
             reaper.leaders.add(pid)

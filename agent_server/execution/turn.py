@@ -51,6 +51,7 @@ from agent_server.redaction import Redactor
 from agent_server.runtimes.base import RuntimeAdapter, TurnSpec
 from agent_server.runtimes.stream import TurnStream
 from agent_server.spawn_env.builder import SpawnEnvBuilder
+from agent_server.spawn_env.descriptors import by_descriptor
 from agent_server.spawn_env.per_spawn import SpawnCredential, spawn_credential
 
 logger = logging.getLogger("agent_server.turn")
@@ -86,6 +87,8 @@ class TurnRunner:
     max_log_bytes: int
     reaper: Reaper
     results: Results
+    launcher: tuple[str, ...] = ()
+    """The argv prefix that runs a spawn as the spawn user (`SpawnUser.launcher`), or none."""
 
     async def run(self, ask: TurnAsk, *, chat: ChatSession | None = None) -> TurnAnswer:
         """Accept and run one turn (its execution's `cancel` stops it, as terminate does)."""
@@ -245,6 +248,7 @@ class TurnRunner:
         chat: bool = False,
     ) -> TurnAnswer:
         spawn = await self.spawn_envs.build(state.baseline, state.overrides, credential.layer)
+        env, handed = by_descriptor(spawn.env, self.adapter.credential_descriptors)
         for key in spawn.suppressed:
             # A label from a fixed set only: `.env` names are the agent's to choose.
             label = key if key in SUBSCRIPTION_SHADOW_KEYS else OTHER_LABEL
@@ -283,14 +287,16 @@ class TurnRunner:
             drafted = attempt.draft.answers(outcome, turn, attempt.lines) if attempt.draft else None
             return turn, build_answer(outcome, turn, now) if drafted is None else drafted
 
-        attempt = await self._spawn(spec, spawn.env, deadline, execution, answer)
+        attempt = await self._spawn(spec, (env, handed), deadline, execution, answer)
         if ask.reset_unknown_session and spec.resume_session_id and self._session_unknown(attempt):
             logger.warning(
                 "the CLI no longer knows chat session %s: starting a new one",
                 spec.resume_session_id,
             )
             spec = replace(spec, resume_session_id=None, new_session_id=self._new_session_id(None))
-            attempt = await self._spawn(spec, spawn.env, deadline, execution, answer, reset=True)
+            attempt = await self._spawn(
+                spec, (env, handed), deadline, execution, answer, reset=True
+            )
         return answer(attempt)[1]
 
     def _classify(
@@ -319,15 +325,16 @@ class TurnRunner:
     async def _spawn(
         self,
         spec: TurnSpec,
-        env: dict[str, str],
+        environment: tuple[dict[str, str], dict[str, str]],
         deadline: float,
         execution: Execution,
         answer: Callable[[_Attempt], tuple[FinishedTurn, TurnAnswer]],
         *,
         reset: bool = False,
     ) -> _Attempt:
-        """Run the CLI once (`reset`: again, on a new session); draft its answer when a
-        success result arrives, on the guess that a clean exit follows."""
+        """Run the CLI once (`reset`: again, on a new session) with `environment` (its env,
+        and the credentials it takes on descriptors); draft its answer when a success
+        result arrives, on the guess that a clean exit follows."""
         parser = self.adapter.new_parser()
         transcript = Transcript(self.max_log_bytes)
         lines = 0
@@ -351,8 +358,9 @@ class TurnRunner:
         def on_spawn(pid: int) -> None:
             logger.debug("spawned %s as process group %d", self.adapter.name, pid)
 
+        env, descriptors = environment
         result = await run_process(
-            self.adapter.argv(self.command, spec),
+            [*self.launcher, *self.adapter.argv(self.command, spec)],
             env=env,
             cwd=self.workdir,
             stdin=self.adapter.stdin(spec),
@@ -363,6 +371,7 @@ class TurnRunner:
             reaper=self.reaper,
             # Every process of this spawn inherits it, also the ones that leave its group.
             sweep_tag=f"{EXECUTION_ID}={execution.execution_id}",
+            descriptors=descriptors,
         )
         facts = result.facts
         stderr = self.redactor.redact(facts.stderr)

@@ -87,6 +87,8 @@ class RuntimeAdapter(Protocol):
     hints: OutcomeHints
     supports_auth_override: bool
     """True when the CLI authenticates with Claude credentials (and so takes an override)."""
+    credential_descriptors: Mapping[str, str]
+    """Credential variable -> the variable that hands it on a descriptor instead (§4.7)."""
     reports_permission_mode: bool
     """True when the CLI's init event reports the permission mode it runs under."""
     assigns_session_id: bool

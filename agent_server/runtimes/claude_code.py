@@ -10,8 +10,10 @@ The stream-json events this reads (see tests/fixtures/claude-code-2.1.328):
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
+from agent_server.names import CLAUDE_DESCRIPTORS
 from agent_server.runtimes.base import TURN_OPTIONS, OutcomeHints, StreamParser, TurnSpec
 from agent_server.runtimes.events import (
     add_error_text,
@@ -196,6 +198,7 @@ class ClaudeCodeAdapter:
         unknown_session_markers=("no conversation found with session id",),
     )
     supports_auth_override = True
+    credential_descriptors: Mapping[str, str] = CLAUDE_DESCRIPTORS
     reports_permission_mode = True
     assigns_session_id = True
     honours = frozenset(TURN_OPTIONS)

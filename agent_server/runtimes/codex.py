@@ -15,6 +15,7 @@ through its text markers on error channels.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from agent_server.runtimes.base import OutcomeHints, StreamParser, TurnSpec
@@ -100,6 +101,7 @@ class CodexAdapter:
     default_command = "codex"
     hints = OutcomeHints(label="Codex")
     supports_auth_override = False
+    credential_descriptors: Mapping[str, str] = {}
     reports_permission_mode = False
     assigns_session_id = False
     honours = frozenset({"model", "resume_session_id", "persist_session"})

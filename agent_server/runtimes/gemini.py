@@ -19,6 +19,7 @@ the classifier too.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from agent_server.names import OutcomeKind
@@ -121,6 +122,7 @@ class GeminiAdapter:
         label="Gemini CLI", exit_codes={41: OutcomeKind.AUTH, 53: OutcomeKind.MAX_TURNS}
     )
     supports_auth_override = False
+    credential_descriptors: Mapping[str, str] = {}
     reports_permission_mode = False
     assigns_session_id = False
     honours = frozenset({"model", "resume_session_id"})

@@ -153,6 +153,8 @@ def test_health_of_a_ready_claude_agent(turn_servers: TurnServers) -> None:
         "version": __version__,
         "active_executions": 0,
         "auth": "token",
+        "isolation": "same_uid",
+        "spawn_user": None,
         "capabilities": {
             "auth_override": ["oauth_token", "api_key", "provider"],
             "turn_options": CLAUDE_TURN_OPTIONS,

@@ -7,6 +7,7 @@ fingerprints::
 
     {"served_by": "CLAUDE_CODE_OAUTH_TOKEN", "fp": "feeb305139b8",
      "env_names": [...], "fingerprints": {"CLAUDE_CODE_OAUTH_TOKEN": "..."},
+     "descriptors": ["CLAUDE_CODE_OAUTH_TOKEN"],
      "argv": [...], "cwd": "...", "session": {"resume": null, "session_id": "...",
      "persist": true}, "model": "...", "permission_mode": "...", "prompt": "..."}
 
@@ -63,6 +64,26 @@ CONTEXT_WINDOW = 1_000_000
 """What 2.1.328 reports in `modelUsage` for its default models."""
 
 
+DESCRIPTORS = {
+    "CLAUDE_CODE_OAUTH_TOKEN_FILE_DESCRIPTOR": "CLAUDE_CODE_OAUTH_TOKEN",
+    "CLAUDE_CODE_API_KEY_FILE_DESCRIPTOR": "ANTHROPIC_API_KEY",
+}
+"""As the real CLI: a credential read from descriptor N (`/proc/self/fd/N`, until a
+newline or the end, trimmed) counts as that variable, which stays out of the environment."""
+
+
+def credentials(env: dict[str, str]) -> dict[str, str]:
+    """The credentials this turn holds: its environment's, and those read from descriptors."""
+    found = {name: env[name] for name in CREDENTIAL_NAMES if name in env}
+    for variable, name in DESCRIPTORS.items():
+        if env.get(variable, "").isdigit():
+            with open(f"/proc/self/fd/{env[variable]}", encoding="utf-8") as handle:
+                value = handle.readline().strip()
+            if value:
+                found[name] = value
+    return found
+
+
 def served_by(env: dict[str, str]) -> str | None:
     """Return the variable the real CLI would authenticate with, following its precedence."""
     for name in (*PROVIDER_SWITCHES, "ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"):
@@ -115,6 +136,9 @@ class Turn:
         self.argv = argv
         self.args = parse_argv(argv)
         self.env = env
+        self.credentials = credentials(env)
+        """The environment as the CLI sees its credentials (descriptors read)."""
+        self.descriptors = sorted(DESCRIPTORS[v] for v in DESCRIPTORS if v in env)
         self.prompt = prompt
         self.images: list[dict[str, str]] = []
         if self.args.input_format == "stream-json":
@@ -145,15 +169,15 @@ class Turn:
 
     def report(self) -> dict[str, Any]:
         """Return what this turn received, with fingerprints instead of credential values."""
-        by = served_by(self.env)
-        value = self.env.get(by) if by else None
+        seen = {**self.env, **self.credentials}
+        by = served_by(seen)
+        value = seen.get(by) if by else None
         return {
             "served_by": by,
             "fp": fingerprint(value) if value else None,
             "env_names": sorted(self.env),
-            "fingerprints": {
-                name: fingerprint(self.env[name]) for name in CREDENTIAL_NAMES if name in self.env
-            },
+            "fingerprints": {name: fingerprint(v) for name, v in self.credentials.items()},
+            "descriptors": self.descriptors,
             "argv": self.argv,
             "cwd": os.getcwd(),
             "session": {
@@ -183,7 +207,9 @@ class Turn:
             "model": self.model,
             "permissionMode": self.args.permission_mode,
             "slash_commands": [],
-            "apiKeySource": "ANTHROPIC_API_KEY" if self.env.get("ANTHROPIC_API_KEY") else "none",
+            "apiKeySource": "ANTHROPIC_API_KEY"
+            if self.credentials.get("ANTHROPIC_API_KEY")
+            else "none",
             "claude_code_version": VERSION,
             "output_style": "default",
             "agents": [],
@@ -390,7 +416,9 @@ def run(turn: Turn) -> int:
             case "print-bytes":
                 turn.print_bytes(int(arg))
             case "echo-env":
-                write_event(turn.assistant(turn.env.get(arg, "<unset>")))
+                # A credential the CLI read from a descriptor is in its memory all the same.
+                held = turn.env.get(arg) or turn.credentials.get(arg)
+                write_event(turn.assistant(held or "<unset>"))
             case "stderr":
                 sys.stderr.write(arg + "\n")
                 sys.stderr.flush()

@@ -3,8 +3,9 @@
 It ignores its argv, reads the prompt on stdin, and plays the one case the prompt
 names (``case NAME``): output an attacker would print to make the server leak a
 secret or lose a turn's answer. The secret it leaks is the value of the variable
-named by ``HOSTILE_SECRET_VAR`` in its environment (the server put it there: a
-baseline credential or a `.env` value), so the test never sends it itself.
+named by ``HOSTILE_SECRET_VAR`` (the server put it there: a baseline credential or a
+`.env` value), found in its environment or, like Claude Code, on the descriptor
+`<NAME>_FILE_DESCRIPTOR` names, so the test never sends it itself.
 
 Each case prints stream-json shaped like Claude Code's and exits; what the server
 must answer is in tests/e2e/test_hostile_output.py.
@@ -151,5 +152,22 @@ def main() -> int:
     """Read the prompt, find `case NAME`, play it."""
     prompt = sys.stdin.read()
     case = prompt.strip().removeprefix("case ").strip()
-    secret = os.environ.get(os.environ.get("HOSTILE_SECRET_VAR", ""), "")
-    return play(case, secret)
+    return play(case, secret_of(os.environ.get("HOSTILE_SECRET_VAR", "")))
+
+
+def secret_of(name: str) -> str:
+    """The value of `name`: in the environment, or read from the descriptor the server
+    handed it on (`CLAUDE_CODE_OAUTH_TOKEN_FILE_DESCRIPTOR` for the OAuth token, …)."""
+    if name in os.environ:
+        return os.environ[name]
+    variable = DESCRIPTOR_VARIABLES.get(name, "")
+    if os.environ.get(variable, "").isdigit():
+        with open(f"/proc/self/fd/{os.environ[variable]}", encoding="utf-8") as handle:
+            return handle.read().strip()
+    return ""
+
+
+DESCRIPTOR_VARIABLES = {
+    "CLAUDE_CODE_OAUTH_TOKEN": "CLAUDE_CODE_OAUTH_TOKEN_FILE_DESCRIPTOR",
+    "ANTHROPIC_API_KEY": "CLAUDE_CODE_API_KEY_FILE_DESCRIPTOR",
+}

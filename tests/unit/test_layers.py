@@ -160,6 +160,8 @@ def test_suppressed_lists_only_env_file_values_a_force_unset_swallowed() -> None
         "GIT_CONFIG_GLOBAL",
         "TRINITY_AGENT_AUTH_TOKEN",
         "AGENT_SERVER_RUNTIME_COMMAND",
+        "CLAUDE_CODE_OAUTH_TOKEN_FILE_DESCRIPTOR",
+        "CLAUDE_CODE_WEBSOCKET_AUTH_FILE_DESCRIPTOR",
     ],
 )
 def test_protected_names(name: str) -> None:
@@ -181,3 +183,9 @@ def test_protected_names(name: str) -> None:
 def test_is_credential_name(name: str, secret: bool) -> None:
     """The redactor's credential names follow contract §8."""
     assert is_credential_name(name) is secret
+
+
+def test_only_the_server_hands_out_credential_descriptors() -> None:
+    """A descriptor name in the baseline never reaches a spawn: only the server sets one."""
+    spawn = build_spawn_env({"CLAUDE_CODE_API_KEY_FILE_DESCRIPTOR": "0", "KEEP": "1"}, {}, {})
+    assert spawn.env == {"KEEP": "1"}

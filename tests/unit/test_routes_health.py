@@ -83,6 +83,8 @@ def test_a_ready_claude_agent_is_ok(environ: dict[str, str]) -> None:
         "runtime_available": True,
         "version": __version__,
         "active_executions": 0,
+        "isolation": "same_uid",
+        "spawn_user": None,
         "auth": "token",
         "capabilities": {
             "auth_override": ["oauth_token", "api_key", "provider"],
