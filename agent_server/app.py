@@ -27,12 +27,13 @@ from agent_server.errors import (
 )
 from agent_server.execution.outcome import ERROR_CODES, ERROR_STATUSES
 from agent_server.execution.process_group import enable_child_subreaper, use_pidfd_child_watcher
-from agent_server.execution.timings import ANSWER_S
+from agent_server.execution.timings import RECORDS_AT_EXIT_S
 from agent_server.models import (
     CredentialStatus,
     ErrorDetail,
     ErrorResponse,
     Health,
+    NoRetainedResultResponse,
     ReloadTokenRequest,
     ReloadTokenResponse,
     ValidationFailed,
@@ -143,7 +144,7 @@ ENDPOINTS = (
         executions.result,
         "A finished turn's retained result",
         None,
-        {200: RetainedResult, 404: ErrorResponse},
+        {200: RetainedResult, 404: NoRetainedResultResponse},
     ),
     Endpoint(
         "GET",
@@ -187,12 +188,13 @@ def create_app(settings: Settings, services: Services | None = None) -> Starlett
         logger.info(
             "agent-server serving runtime %s for agent %s", settings.runtime, settings.agent_name
         )
+        await asyncio.to_thread(services.results.sweep)
         if services.results.callbacks is not None:
             services.results.callbacks.sweep_later()
         yield
         await services.registry.drain(settings.shutdown_grace_s)
         # Turns have answered; their results are being retained and sent (kept if not).
-        await services.results.close(ANSWER_S)
+        await services.results.close(RECORDS_AT_EXIT_S)
         services.reaper.uninstall(asyncio.get_running_loop())
 
     routes = [Route(e.path, e.handler, methods=[e.method]) for e in ENDPOINTS]

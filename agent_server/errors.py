@@ -9,6 +9,7 @@
         ├── ExecutionInProgress    409 execution_in_progress
         ├── Busy                   409 busy (+ Retry-After; never 429)
         ├── NotFound               404 not_found
+        ├── NoRetainedResult       404, its code as `code` (Trinity's key)
         ├── PayloadTooLarge        413 payload_too_large (refused while reading)
         └── SpawnTooLarge          422 spawn_too_large (argv + env over the kernel's limit)
     RequestInvalid             422 {"detail": [pydantic's errors, inputs removed]}
@@ -101,14 +102,18 @@ class NotFound(ApiError):
 
 
 class NoRetainedResult(ApiError):
-    """No retained result for this execution id (unknown, expired, or never finished)."""
+    """No retained result for this execution id (unknown, expired, running, or never
+    finished). Its one code field is `code`, the key Trinity's backend tells it by from
+    an older agent's bare 404 (contract §6.6)."""
 
     status = 404
     error_code = "no_retained_result"
 
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.detail["code"] = self.error_code  # the key Trinity's watchdog reads
+    def body(self) -> dict[str, object]:
+        """`{"message", "code", "retryable", "switch_credential"}`."""
+        detail = super().body()
+        detail["code"] = detail.pop("error_code")
+        return detail
 
 
 class PayloadTooLarge(ApiError):

@@ -229,6 +229,22 @@ class ErrorResponse(BaseModel):
     detail: ErrorDetail
 
 
+class NoRetainedResultDetail(BaseModel):
+    """The `detail` of `GET …/result`'s 404: Trinity's shape, one code field, `code`, by
+    which its backend tells it from an older agent's bare 404 (contract §6.6)."""
+
+    message: str
+    code: Literal["no_retained_result"]
+    retryable: bool
+    switch_credential: bool
+
+
+class NoRetainedResultResponse(BaseModel):
+    """`{"detail": {"code": "no_retained_result", …}}`."""
+
+    detail: NoRetainedResultDetail
+
+
 class Unauthorized(BaseModel):
     """401: the controller token is missing or wrong."""
 

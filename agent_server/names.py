@@ -56,6 +56,10 @@ EXECUTION_ID = "TRINITY_EXECUTION_ID"
 
 CONTROLLER_TOKEN_HEADER = "X-Trinity-Agent-Token"  # noqa: S105 - a header name
 AUTH_OVERRIDE_HEADER = "X-Trinity-Auth-Override"
+CALLBACK_SIGNATURE_HEADER = "X-Agent-Server-Signature"
+"""`t=<unix time>,v1=<hex>`: HMAC-SHA256 of `<t>.<body>` under the callback key (§6.8)."""
+CALLBACK_KEY_LABEL = b"agent-server callback signature v1"
+"""The callback key is HMAC-SHA256 of this label under the controller token."""
 
 Layer = Literal["baseline", "env_file", "override", "per_spawn"]
 """Where a spawn's variable came from (contract §4.2)."""

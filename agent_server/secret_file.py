@@ -5,12 +5,16 @@ born 0600 with O_EXCL|O_NOFOLLOW in the same directory, synced, renamed over the
 target, and the directory synced. A crash at any instant leaves either the old
 complete file or the new one. Unsafe places are refused, never followed. The token
 override file, the generated controller token and the chat session id use it, and
-the retained and pending results, which `read_json_file` reads back.
+the retained and pending results.
+
+Reading back goes through `open_bounded`: whatever the agent put at a path (a FIFO,
+a symlink, a huge file) is refused before a byte is read, never waited on.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import secrets
@@ -30,9 +34,9 @@ class UnsafeLocation(OSError):
     """The target is a symlink, or the state dir is writable by group or others."""
 
 
-def write_secret_file(path: Path, value: str | Iterable[str]) -> int:
-    """Write `value` (a text, or its pieces) to `path` crash-safely at mode 0600,
-    whatever the umask; return the bytes written.
+def write_secret_file(path: Path, value: str | Iterable[str | bytes]) -> int:
+    """Write `value` (a text, or its pieces: texts, or bytes written as they are) to `path`
+    crash-safely at mode 0600, whatever the umask; return the bytes written.
 
     Raises OSError (UnsafeLocation for a symlinked target or an open state dir) or
     what making the pieces raised; on any failure the target is untouched and no temp
@@ -49,11 +53,13 @@ def write_secret_file(path: Path, value: str | Iterable[str]) -> int:
         try:
             os.fchmod(fd, 0o600)  # the mode at creation already is; keep it explicit
             for piece in (value,) if isinstance(value, str) else _batched(value):
+                if isinstance(piece, bytes):
+                    written += _write_all(fd, memoryview(piece))
+                    continue
                 for start in range(0, len(piece), _CHUNK_CHARS):  # never a whole copy
-                    view = memoryview(piece[start : start + _CHUNK_CHARS].encode())
-                    written += len(view)
-                    while view:
-                        view = view[os.write(fd, view) :]
+                    written += _write_all(
+                        fd, memoryview(piece[start : start + _CHUNK_CHARS].encode())
+                    )
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -66,13 +72,21 @@ def write_secret_file(path: Path, value: str | Iterable[str]) -> int:
     return written
 
 
-def _batched(pieces: Iterable[str]) -> Iterator[str]:
+def _write_all(fd: int, view: memoryview) -> int:
+    size = len(view)
+    while view:
+        view = view[os.write(fd, view) :]
+    return size
+
+
+def _batched(pieces: Iterable[str | bytes]) -> Iterator[str | bytes]:
     """`pieces` joined into texts of about `_PIECE_CHARS`: a write each, not one a piece
-    (a JSON value's pieces are often a few bytes). A piece that long is never copied."""
+    (a JSON value's pieces are often a few bytes). A piece that long, and bytes, are
+    never copied."""
     batch: list[str] = []
     size = 0
     for piece in pieces:
-        if len(piece) >= _PIECE_CHARS:
+        if isinstance(piece, bytes) or len(piece) >= _PIECE_CHARS:
             if batch:
                 yield "".join(batch)
                 batch, size = [], 0
@@ -139,22 +153,51 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def read_json_file(path: Path, max_bytes: int) -> dict[str, Any] | None:
-    """The JSON object in `path`, or None: missing, a symlink, not a regular file (a FIFO
-    never blocks), over `max_bytes`, or not a JSON object."""
+class NotReadable(OSError):
+    """A file the server will not read: not a regular file (a FIFO, a device), a symlink
+    where none is followed, or over its bound. Its message says which (no path: the
+    caller names the file)."""
+
+
+_READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def open_bounded(path: Path, max_bytes: int, *, follow: bool = False) -> tuple[int, os.stat_result]:
+    """An open descriptor of the regular file at `path` of at most `max_bytes`, and its
+    stat: the one way the server opens a file the agent may have written (contract §10).
+
+    `O_NONBLOCK` keeps a FIFO from blocking the open, `O_NOFOLLOW` (unless `follow`)
+    refuses a symlink, and `fstat` on the descriptor decides, so nothing swapped in
+    between a check and the open slips through. Raises FileNotFoundError, NotReadable,
+    or another OSError; the caller closes the descriptor.
+    """
+    flags = _READ_FLAGS if follow else _READ_FLAGS | os.O_NOFOLLOW
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if not follow and exc.errno == errno.ELOOP:
+            raise NotReadable(errno.ELOOP, "a symlink, never followed") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "something else"
+            raise NotReadable(errno.EINVAL, f"{kind}, not a regular file: never read")
+        if st.st_size > max_bytes:
+            raise NotReadable(errno.EFBIG, f"over {max_bytes} bytes")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
+def read_bounded(path: Path, max_bytes: int, *, follow: bool = False) -> bytes:
+    """The bytes of the regular file at `path`, at most `max_bytes` (`open_bounded`), never
+    more however the file grows meanwhile (NotReadable then)."""
+    fd, _ = open_bounded(path, max_bytes, follow=follow)
     with os.fdopen(fd, "rb") as handle:
-        st = os.fstat(handle.fileno())
-        if not stat.S_ISREG(st.st_mode) or st.st_size > max_bytes:
-            return None
-        data = handle.read(max_bytes + 1)  # bounded: the file may have grown since fstat
-        if len(data) > max_bytes:
-            return None
-        try:
-            value = json.loads(data)
-        except ValueError:
-            return None
-    return value if isinstance(value, dict) else None
+        data = handle.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise NotReadable(errno.EFBIG, f"over {max_bytes} bytes")
+    return data

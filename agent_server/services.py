@@ -22,7 +22,8 @@ from agent_server.execution.registry import Registry
 from agent_server.execution.turn import TurnRunner
 from agent_server.metrics import Metrics
 from agent_server.names import CONTROLLER_TOKEN, is_credential_name
-from agent_server.records.callback import CallbackSender
+from agent_server.records.callback import CallbackSender, callback_key
+from agent_server.records.pending import PendingResults
 from agent_server.records.results import Results
 from agent_server.records.retained import RetainedResults
 from agent_server.redaction import Redactor
@@ -92,7 +93,8 @@ class Services:
                 backend_url=settings.callback_url,
                 agent_name=settings.agent_name,
                 key=settings.callback_key,
-                directory=settings.state_dir / "pending-results",
+                signing_key=callback_key(controller_token) if controller_token else None,
+                pending=PendingResults(settings.state_dir / "pending-results"),
                 metrics=metrics,
             )
             if settings.callback_url and settings.callback_key

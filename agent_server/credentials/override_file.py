@@ -2,9 +2,9 @@
 
 It is written by `secret_file.write_secret_file` (0600, crash-safe, never through a
 symlink) and read back at boot, refusing what reload-token would refuse. The agent
-runs as the same user and may plant anything at the path: the read opens with
-`O_NOFOLLOW|O_NONBLOCK` (a symlink is refused, a FIFO cannot block) and `fstat` must
-say a regular file of at most a token's size (contract §10).
+may run as the same user and plant anything at the path: the read
+(`secret_file.read_bounded`) refuses a symlink, never blocks on a FIFO and takes a
+regular file of at most a token's size (contract §10).
 """
 
 from __future__ import annotations
@@ -20,11 +20,10 @@ from pathlib import Path
 from pydantic import SecretStr
 
 from agent_server.models import MAX_TOKEN_BYTES, token_problem
-from agent_server.secret_file import UnsafeLocation, check_dir, write_secret_file
+from agent_server.secret_file import check_dir, read_bounded, write_secret_file
 
 logger = logging.getLogger("agent_server.override_file")
 
-_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _READ_LIMIT = MAX_TOKEN_BYTES + 64  # room for hand-added blanks around the token
 
 
@@ -57,30 +56,20 @@ class OverrideFile:
     def read(self) -> SecretStr | None:
         """The persisted token, or None when the file is missing or empty.
 
-        Raises OSError for an unsafe location (symlink, open state dir), which the
-        caller logs and ignores at boot.
+        Raises OSError for an unsafe location (a symlink, a FIFO, an open state dir) or
+        anything reload-token would not accept, which the caller logs and ignores at boot.
         """
         try:
             check_dir(self.path.parent)
         except FileNotFoundError:
             return None  # no state dir yet: nothing was ever rotated in
         try:
-            fd = os.open(self.path, _READ_FLAGS)
+            raw = read_bounded(self.path, _READ_LIMIT)
         except FileNotFoundError:
             return None
-        except OSError as exc:
-            if self.path.is_symlink():
-                msg = f"refusing to follow a symlink at {self.path}"
-                raise UnsafeLocation(msg) from exc
-            raise
-        with os.fdopen(fd, "rb") as handle:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                msg = f"{self.path} is not a regular file"
-                raise OSError(errno.EINVAL, msg)
-            raw = handle.read(_READ_LIMIT + 1)
         token = raw.decode("utf-8", errors="strict").strip()
         # Never hand a spawn a truncated or mangled token: refuse what reload-token would.
-        if len(raw) > _READ_LIMIT or (token and token_problem(token) is not None):
+        if token and token_problem(token) is not None:
             msg = f"{self.path} does not hold a single token of at most {MAX_TOKEN_BYTES} bytes"
             raise OSError(errno.EINVAL, msg)
         return SecretStr(token) if token else None

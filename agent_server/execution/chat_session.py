@@ -11,9 +11,11 @@ import logging
 from pathlib import Path
 
 from agent_server.runtimes.events import as_session_id
-from agent_server.secret_file import write_secret_file
+from agent_server.secret_file import read_bounded, write_secret_file
 
 logger = logging.getLogger("agent_server.chat")
+
+MAX_SESSION_ID_BYTES = 256
 
 
 class ChatSession:
@@ -45,9 +47,10 @@ class ChatSession:
         self.lock.release()
 
     def current(self) -> str | None:
-        """The session id to resume, or None before the first chat turn."""
+        """The session id to resume, or None before the first chat turn (or when the file
+        is not a small regular file: it is never waited on, contract §10)."""
         try:
-            value = self.path.read_text(encoding="utf-8").strip()
+            value = read_bounded(self.path, MAX_SESSION_ID_BYTES).decode("utf-8").strip()
         except (OSError, UnicodeDecodeError):
             return None
         return as_session_id(value)

@@ -94,6 +94,10 @@ class Registry:
             self._recent_progress.popitem(last=False)
         execution.done.set()
 
+    def holds(self, execution_id: str) -> bool:
+        """True while a turn of this id is running or queued."""
+        return execution_id in self._running
+
     def running(self) -> list[Execution]:
         """The turns running now, oldest first."""
         return sorted(self._running.values(), key=lambda e: e.started)

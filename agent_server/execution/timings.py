@@ -30,11 +30,19 @@ ANSWER_S = 1.0
 """Room to build and write the answers of the killed turns."""
 SHUTDOWN_MARGIN_S = KILL_BOUND_S + ANSWER_S
 """After the grace: every killed turn has answered within this."""
+RECORDS_AT_EXIT_S = 3.0
+"""After the turns: how long their records may take to reach the disk (and callbacks in
+flight to be delivered) before the server exits, what is left logged and counted."""
 
 
 CALLBACK_LEASE_GRACE_S = 300.0
 """An async turn's result is retried until its timeout plus this after it was accepted:
 the lease Trinity's backend holds its slot for."""
+
+
+STOP_TIMEOUT_MARGIN_S = SHUTDOWN_MARGIN_S + RECORDS_AT_EXIT_S
+"""What a container's stop timeout must give beyond the grace (13 s): every turn
+answered, its record written; give it more than that."""
 
 
 def server_shutdown_timeout(grace_s: float) -> float:

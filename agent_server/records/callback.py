@@ -1,9 +1,12 @@
-"""Async turns' results, delivered to the controller durably (contract §6.8).
+"""Async turns' results, delivered to the controller durably and signed (contract §6.8).
 
-The envelope is written to `pending-results/<id>.json` (0600, crash-safe) before the
-first POST, so no result is lost to a crash of either side. Delivery is
+The body is written to `pending-results/<id>.json` (`pending.PendingResults`) before
+the first POST, so no result is lost to a crash of either side. Delivery is
 `POST {TRINITY_BACKEND_URL}/api/agents/{agent}/executions/{id}/result` with
-`Authorization: Bearer {TRINITY_MCP_API_KEY}`:
+`Authorization: Bearer {TRINITY_MCP_API_KEY}` and `X-Agent-Server-Signature:
+t=<unix time>,v1=<hex>`, HMAC-SHA256 of `<t>.<body>` under a key derived from the
+controller token, which no spawn holds: the agent has the bearer key (its own tools
+use it) and can POST an envelope of its own, but never one the controller verifies.
 
 - a 2xx is delivered, and a permanent refusal (400, 401, 403, 404, 409, 413, 422)
   will never change: either way the pending file is deleted;
@@ -12,7 +15,7 @@ first POST, so no result is lost to a crash of either side. Delivery is
   most 60 s, never shorter than the answer's `Retry-After`) until the turn's lease
   deadline; past it the file is kept for the next start;
 - at start, every kept file is sent again after a jittered pause of up to 5 s, with
-  a window of at least 3 minutes; files older than the retention TTL are dropped.
+  a window of at least 3 minutes, its body streamed from the file.
 
 A 2xx deletes the file before anything else happens, so a delivered result is sent
 again only when the server dies between the controller's 2xx and that unlink (the
@@ -22,21 +25,20 @@ controller answers such a replay `200 {replayed: true}`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import hashlib
+import hmac
 import logging
-import os
 import random
 import time
-from collections.abc import Callable
-from pathlib import Path
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from pydantic import SecretStr
 
 from agent_server.metrics import Metrics
-from agent_server.records.retained import RESULT_TTL_S
-from agent_server.secret_file import check_dir, read_json_file, write_json_file
+from agent_server.names import CALLBACK_KEY_LABEL, CALLBACK_SIGNATURE_HEADER
+from agent_server.records.pending import PendingResults
 
 if TYPE_CHECKING:
     import httpx
@@ -49,7 +51,24 @@ FIRST_PAUSE_S = 1.0
 MAX_PAUSE_S = 60.0
 SWEEP_JITTER_S = 5.0
 SWEEP_WINDOW_S = 180.0
-MAX_PENDING_BYTES = 64 * 1024 * 1024
+
+Body = bytes | Callable[[], tuple[int, Iterator[bytes]] | None]
+"""What a delivery sends: the body in memory, or how to open a kept one (size, chunks)."""
+
+
+def callback_key(controller_token: SecretStr) -> bytes:
+    """The signing key of callbacks: HMAC-SHA256 of a fixed label under the controller
+    token, so the token itself never signs anything (contract §6.8)."""
+    secret = controller_token.get_secret_value().encode()
+    return hmac.new(secret, CALLBACK_KEY_LABEL, hashlib.sha256).digest()
+
+
+def signature(key: bytes, timestamp: int, chunks: Iterable[bytes]) -> str:
+    """The `X-Agent-Server-Signature` value of a body given as `chunks`."""
+    mac = hmac.new(key, f"{timestamp}.".encode(), hashlib.sha256)
+    for chunk in chunks:
+        mac.update(chunk)
+    return f"t={timestamp},v1={mac.hexdigest()}"
 
 
 class CallbackSender:
@@ -61,14 +80,16 @@ class CallbackSender:
         backend_url: str,
         agent_name: str,
         key: SecretStr,
-        directory: Path,
+        signing_key: bytes | None,
+        pending: PendingResults,
         metrics: Metrics,
         pause: Callable[[float, float], float] = random.uniform,
     ) -> None:
         self.backend_url = backend_url.rstrip("/")
         self.agent_name = agent_name
         self.key = key
-        self.directory = directory
+        self.signing_key = signing_key
+        self.pending = pending
         self.metrics = metrics
         self.pause = pause
         self._tasks: set[asyncio.Task[None]] = set()
@@ -77,20 +98,19 @@ class CallbackSender:
         """Ids whose result this run persisted and is delivering: the sweep leaves them."""
 
     def url(self, execution_id: str) -> str:
-        """Where the result of `execution_id` is POSTed."""
+        """Where the result of `execution_id` is POSTed (a validated execution id)."""
         agent = quote(self.agent_name, safe="")
         return f"{self.backend_url}/api/agents/{agent}/executions/{execution_id}/result"
 
-    async def persist(self, envelope: dict[str, Any], deadline: float) -> None:
-        """Write the pending file of `envelope` (raises OSError when it cannot)."""
-        record = {"deadline": deadline, "envelope": envelope}
-        path = self._path(envelope["execution_id"])
-        self._own.add(envelope["execution_id"])
-        await asyncio.to_thread(_write, path, record)
+    async def persist(self, execution_id: str, body: bytes, deadline: float) -> None:
+        """Write the pending file of `execution_id` (raises OSError when it cannot)."""
+        self._own.add(execution_id)
+        await asyncio.to_thread(self.pending.write, execution_id, deadline, body)
 
-    def deliver_later(self, envelope: dict[str, Any], deadline: float) -> None:
-        """Deliver `envelope` in the background (already persisted)."""
-        self._spawn(self._deliver(envelope, deadline))
+    def deliver_later(self, execution_id: str, body: bytes, deadline: float) -> None:
+        """Deliver `body` in the background (persisted already, or not at all)."""
+        self._own.add(execution_id)
+        self._spawn(self._deliver(execution_id, body, deadline))
 
     def sweep_later(self) -> None:
         """Re-send, in the background, every envelope a previous run kept."""
@@ -108,21 +128,27 @@ class CallbackSender:
             await self._client.aclose()
             self._client = None
 
-    async def _deliver(self, envelope: dict[str, Any], deadline: float) -> None:
+    async def _deliver(self, execution_id: str, body: Body, deadline: float) -> None:
         try:
-            await self._attempts(envelope, deadline)
+            await self._attempts(execution_id, body, deadline)
         finally:
-            self._own.discard(envelope["execution_id"])
+            self._own.discard(execution_id)
 
-    async def _attempts(self, envelope: dict[str, Any], deadline: float) -> None:
-        execution_id = envelope["execution_id"]
+    async def _attempts(self, execution_id: str, body: Body, deadline: float) -> None:
         last_pause = FIRST_PAUSE_S
         attempt = 0
         while True:
             attempt += 1
-            status, retry_after = await self._post(execution_id, envelope)
+            try:
+                status, retry_after = await self._post(execution_id, body)
+            except _Gone:
+                logger.warning(
+                    "pending result is gone or unsound; dropped",
+                    extra={"execution_id": execution_id},
+                )
+                return
             if status is not None and (200 <= status < 300 or status in PERMANENT_STATUSES):
-                await asyncio.to_thread(_unlink, self._path(execution_id))
+                await asyncio.to_thread(self.pending.remove, execution_id)
                 result = "delivered" if status < 300 else "rejected"
                 self.metrics.callbacks.labels(result=result).inc()
                 log = logger.info if status < 300 else logger.warning
@@ -147,20 +173,34 @@ class CallbackSender:
                 return
             await asyncio.sleep(wait)
 
-    async def _post(
-        self, execution_id: str, envelope: dict[str, Any]
-    ) -> tuple[int | None, float | None]:
-        """One attempt: the status (None without an answer) and its Retry-After."""
+    async def _post(self, execution_id: str, body: Body) -> tuple[int | None, float | None]:
+        """One attempt: the status (None without an answer) and its Retry-After; `_Gone`
+        when a kept body is no longer there to send."""
         # Imported on first use: a server without callbacks never pays its start-up
         # time and memory (about 0.1 s and 5 MiB with what httpx pulls in).
         import httpx
 
         if self._client is None:
             self._client = httpx.AsyncClient(timeout=ATTEMPT_TIMEOUT_S)
-        headers = {"Authorization": f"Bearer {self.key.get_secret_value()}"}
+        headers = {
+            "Authorization": f"Bearer {self.key.get_secret_value()}",
+            "Content-Type": "application/json",
+        }
+        content: bytes | AsyncIterator[bytes]
+        if isinstance(body, bytes):
+            content = body
+            if self.signing_key is not None:
+                headers[CALLBACK_SIGNATURE_HEADER] = signature(
+                    self.signing_key, int(time.time()), (body,)
+                )
+        else:
+            opened = await self._open_kept(body, headers)
+            if opened is None:
+                raise _Gone
+            content = opened
         try:
             response = await self._client.post(
-                self.url(execution_id), json=envelope, headers=headers
+                self.url(execution_id), content=content, headers=headers
             )
         except httpx.HTTPError as exc:
             logger.info(
@@ -171,48 +211,41 @@ class CallbackSender:
             return None, None
         return response.status_code, _retry_after(response.headers.get("retry-after"))
 
+    async def _open_kept(
+        self, opener: Callable[[], tuple[int, Iterator[bytes]] | None], headers: dict[str, str]
+    ) -> AsyncIterator[bytes] | None:
+        """A kept body as a stream, its length and signature in `headers` (the signature
+        is a first pass over the file, the POST a second)."""
+        if self.signing_key is not None:
+            key = self.signing_key
+            stamp = int(time.time())
+
+            def sign() -> str | None:
+                opened = opener()
+                return None if opened is None else signature(key, stamp, opened[1])
+
+            signed = await asyncio.to_thread(sign)
+            if signed is None:
+                return None
+            headers[CALLBACK_SIGNATURE_HEADER] = signed
+        opened = await asyncio.to_thread(opener)
+        if opened is None:
+            return None
+        size, chunks = opened
+        headers["Content-Length"] = str(size)
+        return _in_threads(chunks)
+
     async def _sweep(self) -> None:
         await asyncio.sleep(self.pause(0.0, SWEEP_JITTER_S))
-        for path, record in await asyncio.to_thread(self._kept):
-            envelope = record.get("envelope")
-            if not isinstance(envelope, dict) or self._path_of(envelope) != path:
-                logger.warning("pending result %s is unreadable; dropped", path.name)
-                await asyncio.to_thread(_unlink, path)
-                continue
+        for kept in await asyncio.to_thread(self.pending.kept):
             # This run's own result (persisted since the listing) has a delivery of its
-            # own: a file gone, or an id in `_own`, is never sent twice. Its delivery
-            # deletes the file before it leaves `_own`.
-            if envelope["execution_id"] in self._own or not path.exists():
+            # own: an id in `_own` is never sent twice. Its delivery deletes the file
+            # before it leaves `_own`.
+            if kept.execution_id in self._own:
                 continue
-            stored = record.get("deadline")
-            deadline = max(stored if isinstance(stored, int | float) else 0.0, time.time())
-            await self._deliver(envelope, max(deadline, time.time() + SWEEP_WINDOW_S))
-
-    def _kept(self) -> list[tuple[Path, dict[str, Any]]]:
-        """The kept records, oldest first; those past the retention TTL are deleted."""
-        try:
-            check_dir(self.directory)
-            entries = sorted(os.scandir(self.directory), key=lambda e: e.name)
-        except OSError:
-            return []
-        kept = []
-        for entry in entries:
-            if not entry.name.endswith(".json"):
-                continue
-            path = Path(entry.path)
-            record = read_json_file(path, MAX_PENDING_BYTES)
-            if record is None or time.time() - path.stat().st_mtime > RESULT_TTL_S:
-                _unlink(path)
-                continue
-            kept.append((path, record))
-        return kept
-
-    def _path(self, execution_id: str) -> Path:
-        return self.directory / f"{execution_id}.json"
-
-    def _path_of(self, envelope: dict[str, Any]) -> Path | None:
-        execution_id = envelope.get("execution_id")
-        return self._path(execution_id) if isinstance(execution_id, str) else None
+            deadline = max(kept.deadline, time.time() + SWEEP_WINDOW_S)
+            opener = _opener(self.pending, kept.execution_id)
+            await self._deliver(kept.execution_id, opener, deadline)
 
     def _spawn(self, work: Any) -> None:
         task = asyncio.create_task(work)
@@ -220,19 +253,29 @@ class CallbackSender:
         task.add_done_callback(self._tasks.discard)
 
 
+class _Gone(Exception):
+    """A kept body vanished, or turned unsound, since it was listed."""
+
+
+def _opener(
+    pending: PendingResults, execution_id: str
+) -> Callable[[], tuple[int, Iterator[bytes]] | None]:
+    return lambda: pending.body(execution_id)
+
+
+async def _in_threads(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
+    """`chunks` read in a worker thread, one at a time: the loop never reads the file."""
+    try:
+        while (chunk := await asyncio.to_thread(next, chunks, None)) is not None:
+            yield chunk
+    finally:
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            close()
+
+
 def _retry_after(value: str | None) -> float | None:
     """Seconds from a `Retry-After` of whole seconds (an HTTP date is ignored)."""
     if value is None or not value.strip().isdigit():
         return None
     return float(value.strip())
-
-
-def _write(path: Path, record: dict[str, Any]) -> None:
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    write_json_file(path, record)
-
-
-def _unlink(path: Path | None) -> None:
-    if path is not None:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)

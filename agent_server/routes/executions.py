@@ -8,7 +8,7 @@ import logging
 import time
 
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 
 from agent_server.errors import ApiError, NoRetainedResult
 from agent_server.execution.answer import TurnAnswer
@@ -112,14 +112,27 @@ async def terminate(request: Request) -> Response:
 
 
 async def result(request: Request) -> Response:
-    """A finished turn's retained envelope, or 404 `no_retained_result`."""
+    """A finished turn's retained envelope, or 404 `no_retained_result` (also while the id
+    runs again: never the previous run's record)."""
     results: Results = request.app.state.results
+    registry: Registry = request.app.state.registry
     execution_id = request.path_params["execution_id"]
-    record = await asyncio.to_thread(results.get, execution_id)
-    if record is None:
+    if registry.holds(execution_id):
+        msg = f"execution {execution_id} is running: its result is retained when it ends"
+        raise NoRetainedResult(msg)
+    record = results.unwritten(execution_id)
+    if record is not None:  # answered, its file not written yet: read your writes
+        return answer(request, record)
+    reader = await asyncio.to_thread(results.reader, execution_id)
+    if reader is None:
         msg = f"no retained result for execution {execution_id}"
         raise NoRetainedResult(msg)
-    return answer(request, record)
+    # Streamed as written (redacted then), a chunk at a time: never whole in memory.
+    return StreamingResponse(
+        reader.chunks(),
+        media_type="application/json",
+        headers={"Content-Length": str(reader.size)},
+    )
 
 
 def _detach(request: Request, ask: TurnAsk) -> Response:

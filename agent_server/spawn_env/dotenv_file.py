@@ -21,7 +21,6 @@ from __future__ import annotations
 import io
 import logging
 import os
-import stat
 import threading
 import time
 from collections.abc import Mapping
@@ -30,10 +29,11 @@ from types import MappingProxyType
 
 from dotenv import dotenv_values
 
+from agent_server.secret_file import NotReadable, open_bounded
+
 logger = logging.getLogger("agent_server.env_file")
 
 MAX_DOTENV_BYTES = 1024 * 1024
-_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
 _Identity = tuple[int, int, int, int]
 _EMPTY: Mapping[str, str] = MappingProxyType({})
 _MISSING: _Identity = (-1, -1, -1, -1)
@@ -129,22 +129,13 @@ def _what(quiet: bool, values: Mapping[str, str]) -> str:
 
 
 def _read_regular(path: Path) -> tuple[bytes, _Identity]:
-    """The bytes of a regular file of at most MAX_DOTENV_BYTES, with their identity.
-
-    `O_NONBLOCK` keeps a FIFO from blocking the open; `fstat` on the descriptor then
-    decides, so a swap between a check and the open cannot slip a FIFO in.
-    """
-    fd = os.open(path, _OPEN_FLAGS)
+    """The bytes of a regular file of at most MAX_DOTENV_BYTES, with their identity
+    (`secret_file.open_bounded`; the `.env` may be a symlink, its target is checked)."""
+    fd, st = open_bounded(path, MAX_DOTENV_BYTES, follow=True)
     with os.fdopen(fd, "rb") as handle:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "not a regular file"
-            raise OSError(0, f"{kind}, never read")
-        if st.st_size > MAX_DOTENV_BYTES:
-            raise OSError(0, f"over {MAX_DOTENV_BYTES} bytes")
         raw = handle.read(MAX_DOTENV_BYTES + 1)
     if len(raw) > MAX_DOTENV_BYTES:
-        raise OSError(0, f"over {MAX_DOTENV_BYTES} bytes")
+        raise NotReadable(0, f"over {MAX_DOTENV_BYTES} bytes")
     return raw, _identity(st)
 
 

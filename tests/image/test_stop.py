@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from agent_server.execution.timings import SHUTDOWN_MARGIN_S
+from agent_server.execution.timings import STOP_TIMEOUT_MARGIN_S
 from tests.image.conftest import FAKE_CLAUDE, REPO, TESTS_MOUNT, Container, Containers, Docker
 
 GRACE_S = 2
@@ -63,4 +63,4 @@ def test_docker_stop_mid_turn_answers_504_killed_and_exits_143(
     state = agent.state()
     assert state["ExitCode"] == 143, state
     assert not state["OOMKilled"], state
-    assert stopped_after < GRACE_S + SHUTDOWN_MARGIN_S < STOP_TIMEOUT_S, stopped_after
+    assert stopped_after < GRACE_S + STOP_TIMEOUT_MARGIN_S < STOP_TIMEOUT_S, stopped_after

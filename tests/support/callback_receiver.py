@@ -3,7 +3,9 @@
 It serves `POST /api/agents/{agent}/executions/{execution_id}/result` the way
 Trinity's backend does (403 for a wrong bearer, 200 `{ok, replayed}`), and can be told
 to fail first: answer some statuses (with headers such as `Retry-After`) before it
-accepts, or hang. Every request is recorded, credentials only as fingerprints.
+accepts, or hang. Every request is recorded, credentials only as fingerprints. Given
+the agent's controller token, it checks each request's `X-Agent-Server-Signature` as
+a controller would (written here from the contract, not borrowed from the server).
 
     with CallbackReceiver(key="k") as receiver:
         receiver.fail_next(503, 503, headers={"Retry-After": "1"})
@@ -15,6 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import hashlib
+import hmac
+import json
 import threading
 import time
 from collections.abc import Mapping
@@ -42,14 +47,17 @@ class Delivery:
     """What the receiver answered."""
     replayed: bool
     """A 200 for an id it had accepted before."""
+    signed: bool | None = None
+    """The signature checked out (None: no signature, or no token to check it with)."""
     received_at: float = field(default_factory=time.monotonic)
 
 
 class CallbackReceiver(ThreadServer):
     """The callback endpoint in a uvicorn thread on 127.0.0.1."""
 
-    def __init__(self, key: str) -> None:
+    def __init__(self, key: str, controller_token: str | None = None) -> None:
         self.key = key
+        self.controller_token = controller_token
         self._lock = threading.Lock()
         self._deliveries: list[Delivery] = []
         self._failures: collections.deque[tuple[int, dict[str, str]]] = collections.deque()
@@ -112,12 +120,25 @@ class CallbackReceiver(ThreadServer):
         msg = f"no accepted callback for {execution_id} within {timeout}s"
         raise TimeoutError(msg)
 
+    def _signed(self, header: str | None, body: bytes) -> bool | None:
+        """`t=<unix time>,v1=<hex>`: HMAC-SHA256 of `<t>.<body>` under HMAC-SHA256 of the
+        label `agent-server callback signature v1` keyed with the controller token."""
+        if header is None or self.controller_token is None:
+            return None
+        fields = dict(part.split("=", 1) for part in header.split(",") if "=" in part)
+        label = b"agent-server callback signature v1"
+        key = hmac.new(self.controller_token.encode(), label, hashlib.sha256).digest()
+        expected = hmac.new(key, fields.get("t", "").encode() + b"." + body, hashlib.sha256)
+        return hmac.compare_digest(expected.hexdigest(), fields.get("v1", ""))
+
     async def _result(self, request: Request) -> Response:
         authorization = request.headers.get("authorization", "")
         bearer = authorization[7:] if authorization.startswith("Bearer ") else None
         fp = fingerprint(bearer) if bearer else None
+        raw = await request.body()
+        signed = self._signed(request.headers.get("x-agent-server-signature"), raw)
         try:
-            body = await request.json()
+            body = json.loads(raw)
         except ValueError:
             body = {}
         if self._hang_s:
@@ -141,6 +162,7 @@ class CallbackReceiver(ThreadServer):
                     fp,
                     status,
                     replayed,
+                    signed,
                 )
             )
         if status == 200:

@@ -22,7 +22,7 @@ import pytest
 import yaml
 from kubernetes_validate.utils import all_versions
 
-from agent_server.execution.timings import SHUTDOWN_MARGIN_S
+from agent_server.execution.timings import STOP_TIMEOUT_MARGIN_S
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFEST = ROOT / "docker" / "kubernetes" / "agent.yaml"
@@ -165,7 +165,7 @@ def test_termination_grace_is_above_the_servers_shutdown_grace(
     entry = env_of(container).get("AGENT_SERVER_SHUTDOWN_GRACE_S")
     grace = float(entry["value"]) if entry else DEFAULT_SHUTDOWN_GRACE_S
     termination = statefulset["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
-    assert termination > grace + SHUTDOWN_MARGIN_S, (termination, grace)
+    assert termination > grace + STOP_TIMEOUT_MARGIN_S, (termination, grace)
 
 
 def test_resources_are_sized_for_the_server_and_its_cli(container: dict[str, Any]) -> None:

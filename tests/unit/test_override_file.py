@@ -23,7 +23,7 @@ from agent_server.app import create_app
 from agent_server.config import Settings
 from agent_server.credentials.override_file import OverrideFile
 from agent_server.credentials.store import CredentialStore
-from agent_server.secret_file import UnsafeLocation
+from agent_server.secret_file import NotReadable, UnsafeLocation
 
 OLD, NEW = "old-token-0123456789", "new-token-9876543210"
 
@@ -91,7 +91,7 @@ def test_a_symlink_at_the_target_is_refused(override: OverrideFile, tmp_path: Pa
     override.path.symlink_to(victim)
     with pytest.raises(UnsafeLocation):
         override.write_atomic(SecretStr(NEW))
-    with pytest.raises(UnsafeLocation):
+    with pytest.raises(NotReadable, match="a symlink, never followed"):
         override.read()
     assert victim.read_text() == "victim-content"
     assert override.path.is_symlink()
@@ -137,18 +137,20 @@ def test_read_strips_and_treats_empty_as_absent(override: OverrideFile) -> None:
 
 
 @pytest.mark.parametrize(
-    "content",
+    ("content", "reason"),
     [
-        pytest.param("a" * 4097, id="over 4096 bytes"),
-        pytest.param("a" * 4096 + " " * 100 + "tail", id="a long file whose tail was unread"),
-        pytest.param("two words", id="inner whitespace"),
-        pytest.param("ctrl\x01char", id="a control character"),
+        pytest.param("a" * 4097, "single token", id="over 4096 bytes"),
+        pytest.param("a" * 4096 + " " * 100 + "tail", "over 4160 bytes", id="a long file"),
+        pytest.param("two words", "single token", id="inner whitespace"),
+        pytest.param("ctrl\x01char", "single token", id="a control character"),
     ],
 )
-def test_read_refuses_what_reload_would_refuse(override: OverrideFile, content: str) -> None:
+def test_read_refuses_what_reload_would_refuse(
+    override: OverrideFile, content: str, reason: str
+) -> None:
     """A hand-edited file is never truncated or passed on mangled: read raises, boot ignores it."""
     override.path.write_text(content)
-    with pytest.raises(OSError, match="single token"):
+    with pytest.raises(OSError, match=reason):
         override.read()
     assert CredentialStore.boot(True, {}, override).current.active_token is None
 
