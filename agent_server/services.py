@@ -85,7 +85,7 @@ class Services:
             else settings.auth_token
         )
         redactor.add([controller_token])
-        spawn_envs = SpawnEnvBuilder(DotenvFile(settings.env_file), redactor)
+        spawn_envs = SpawnEnvBuilder(DotenvFile(settings.env_file, settings.spawn_user), redactor)
         registry = Registry(settings.max_parallel)
         reaper = Reaper(files_as=settings.spawn_user)
         callbacks = (
@@ -116,7 +116,7 @@ class Services:
             max_log_bytes=settings.max_log_bytes,
             reaper=reaper,
             results=results,
-            launcher=settings.spawn_user.launcher() if settings.spawn_user else (),
+            launcher=settings.spawn_user.launcher(settings.workdir) if settings.spawn_user else (),
         )
         return cls(
             settings=settings,

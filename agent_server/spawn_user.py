@@ -42,9 +42,13 @@ class SpawnUser:
     home: Path
     setpriv: str
     """The `setpriv` executable (an absolute path)."""
+    env: str = "/usr/bin/env"
+    """coreutils `env`, which enters the workdir once the spawn is this user."""
 
-    def launcher(self) -> tuple[str, ...]:
-        """The argv prefix that runs a command as this user with nothing left to gain."""
+    def launcher(self, workdir: Path) -> tuple[str, ...]:
+        """The argv prefix that runs a command as this user with nothing left to gain, in
+        `workdir`: entered as this user, since the agent's workdir may be closed to the
+        server (a chdir before the switch would be the server's)."""
         return (
             self.setpriv,
             f"--reuid={self.uid}",
@@ -55,11 +59,24 @@ class SpawnUser:
             "--bounding-set=-all",
             "--no-new-privs",
             "--",
+            self.env,
+            f"--chdir={workdir}",
+            "--",
         )
 
     def environ(self) -> dict[str, str]:
         """What a spawn's environment says about whose it is."""
         return {"HOME": str(self.home), "USER": self.name, "LOGNAME": self.name}
+
+
+_LAUNCH_FAILURES = frozenset({125, 126, 127})
+"""env's and setpriv's own exits: the workdir could not be entered, the command not run."""
+
+
+def launcher_failed(exit_code: int | None, stderr: str) -> bool:
+    """True when the launcher itself failed (no workdir, a command the spawn user cannot
+    run): the CLI never started, as when a command is missing (contract §7 row 1)."""
+    return exit_code in _LAUNCH_FAILURES and stderr.startswith(("setpriv: ", "env: "))
 
 
 def resolve_spawn_user(raw: str) -> SpawnUser:
@@ -70,11 +87,11 @@ def resolve_spawn_user(raw: str) -> SpawnUser:
     except (KeyError, OverflowError):
         msg = f"{SPAWN_USER_VARIABLE}={raw!r} is not a user of this system"
         raise ConfigError(msg) from None
-    setpriv = shutil.which(SETPRIV)
-    if setpriv is None:
-        msg = f"{SPAWN_USER_VARIABLE}={raw!r} needs util-linux setpriv, which is not on PATH"
+    setpriv, env = shutil.which(SETPRIV), shutil.which("env")
+    if setpriv is None or env is None:
+        msg = f"{SPAWN_USER_VARIABLE}={raw!r} needs util-linux setpriv and env on PATH"
         raise ConfigError(msg)
-    return SpawnUser(entry.pw_name, entry.pw_uid, entry.pw_gid, Path(entry.pw_dir), setpriv)
+    return SpawnUser(entry.pw_name, entry.pw_uid, entry.pw_gid, Path(entry.pw_dir), setpriv, env)
 
 
 def check_can_switch(user: SpawnUser) -> None:

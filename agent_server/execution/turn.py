@@ -53,6 +53,7 @@ from agent_server.runtimes.stream import TurnStream
 from agent_server.spawn_env.builder import SpawnEnvBuilder
 from agent_server.spawn_env.descriptors import by_descriptor
 from agent_server.spawn_env.per_spawn import SpawnCredential, spawn_credential
+from agent_server.spawn_user import launcher_failed
 
 logger = logging.getLogger("agent_server.turn")
 
@@ -362,7 +363,8 @@ class TurnRunner:
         result = await run_process(
             [*self.launcher, *self.adapter.argv(self.command, spec)],
             env=env,
-            cwd=self.workdir,
+            # Through the launcher the spawn enters the workdir as the spawn user.
+            cwd="/" if self.launcher else self.workdir,
             stdin=self.adapter.stdin(spec),
             timeout_s=max(deadline - time.monotonic(), 0.001),
             on_line=on_line,
@@ -374,6 +376,8 @@ class TurnRunner:
             descriptors=descriptors,
         )
         facts = result.facts
+        if self.launcher and launcher_failed(facts.exit_code, facts.stderr):
+            facts = replace(facts, spawn_failed=True)
         stderr = self.redactor.redact(facts.stderr)
         if stderr is not facts.stderr:  # `redact` returns the same text when it masked nothing
             facts = replace(facts, stderr=stderr)

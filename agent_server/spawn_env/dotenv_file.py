@@ -13,7 +13,9 @@ The agent writes this file, so every read is hostile input (contract §10):
   be a symlink, and its target is what is checked;
 - a line holding a NUL byte or bytes that are not UTF-8 is skipped, never passed on;
 - anything else wrong makes the file count as empty, with one WARNING and a
-  `problem` the status report shows.
+  `problem` the status report shows;
+- with a spawn user, the file is looked at with that user's file-system ids: the
+  agent's file, read as the agent could read it.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from types import MappingProxyType
 from dotenv import dotenv_values
 
 from agent_server.secret_file import NotReadable, open_bounded
+from agent_server.spawn_user import SpawnUser, file_ids_of
 
 logger = logging.getLogger("agent_server.env_file")
 
@@ -46,8 +49,12 @@ within the same timestamp tick, same size, same mtime_ns: such a parse is not ca
 class DotenvFile:
     """One `.env` path; `read()` returns its current key/value mapping."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, read_as: SpawnUser | None = None) -> None:
         self.path = path
+        self.read_as = read_as
+        """The spawn user, whose file-system ids every look at the file is made with: the
+        server reads the agent's `.env` as the agent could, never a file only the server
+        may read (a `.env` symlinked to the server's own token is refused)."""
         self._lock = threading.Lock()
         self._identity: _Identity | None = None
         self._values: Mapping[str, str] = _EMPTY
@@ -67,7 +74,8 @@ class DotenvFile:
         event loop, so only a real parse needs a worker thread.
         """
         try:
-            identity = _identity(os.stat(self.path))
+            with file_ids_of(self.read_as):
+                identity = _identity(os.stat(self.path))
         except FileNotFoundError:
             identity = _MISSING
         except OSError:
@@ -88,7 +96,8 @@ class DotenvFile:
             return cached
         started_ns = time.time_ns()
         try:
-            raw, identity = _read_regular(self.path)
+            with file_ids_of(self.read_as):
+                raw, identity = _read_regular(self.path)
         except FileNotFoundError:
             return self._settle(_MISSING, _EMPTY, None, quiet=True)
         except OSError as exc:

@@ -16,7 +16,6 @@ import signal
 import socket
 import stat
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -30,12 +29,12 @@ import pytest
 
 from tests.conftest import SecretRegistry
 from tests.e2e.conftest import ProcessProbe, TurnServers, new_execution_id
+from tests.support.agent_user import Reachable
 from tests.support.fake_cli import fingerprint
 from tests.support.in_process import cli_report
 from tests.support.server import (
     AGENT_SERVER,
     CONTROLLER_TOKEN,
-    REPO,
     ServerProcess,
     free_port,
     server_environ,
@@ -237,59 +236,42 @@ def test_a_stale_dotenv_oauth_token_never_beats_the_baseline(
 # --- the agent cannot read the server --------------------------------------------------
 
 
-def _unprivileged_python() -> list[str]:
-    """An interpreter the `nobody` user can run, with this checkout's packages on its path."""
-    for candidate in (os.path.realpath(sys.executable), "/usr/bin/python3"):
-        try:
-            probe = subprocess.run(
-                [candidate, "-c", "import agent_server.app, ahocorasick_rs"],
-                user=65534,
-                env={"PYTHONPATH": _pythonpath(), "PATH": "/usr/bin:/bin"},
-                capture_output=True,
-                timeout=60,
-                check=False,
-            )
-        except OSError:
-            continue  # not executable by that user (e.g. under /root)
-        if probe.returncode == 0:
-            return [candidate]
-    pytest.fail("no Python 3.11 that the nobody user can run with this checkout's packages")
-
-
-def _pythonpath() -> str:
-    site = next(Path(sys.prefix, "lib").glob("python3*/site-packages"))
-    return f"{REPO}:{site}"
-
-
 @pytest.fixture
-def unprivileged_home() -> Iterator[Path]:
-    """A home the `nobody` user owns, under a directory everyone may traverse."""
+def unprivileged_home() -> Iterator[tuple[Path, Reachable]]:
+    """A home the `nobody` user owns, and what it needs to run a server, wherever this
+    checkout lives (a private parent directory included)."""
+    reachable = Reachable(65534) if os.geteuid() == 0 else None
     root = Path(tempfile.mkdtemp(prefix="agent-server-nobody-"))
     root.chmod(0o755)
     home = root / "home"
     (home / "work").mkdir(parents=True)
     for path in (home, home / "work"):
-        os.chown(path, 65534, 65534)
+        with contextlib.suppress(PermissionError):
+            os.chown(path, 65534, 65534)
     try:
-        yield home
+        yield home, reachable  # type: ignore[misc]
     finally:
         shutil.rmtree(root, ignore_errors=True)
+        if reachable is not None:
+            reachable.close()
 
 
 def test_the_cli_cannot_read_the_servers_environment_or_memory(
-    unprivileged_home: Path, secret_registry: SecretRegistry
+    unprivileged_home: tuple[Path, Reachable | None], secret_registry: SecretRegistry
 ) -> None:
     """As the server's own (non-root) user, /proc/$PPID/environ and mem are refused."""
+    home, reachable = unprivileged_home
     controller = secret_registry.new("nondumpable_controller")
-    environ = server_environ(unprivileged_home, TRINITY_AGENT_AUTH_TOKEN=controller)
+    environ = server_environ(home, TRINITY_AGENT_AUTH_TOKEN=controller)
     environ["PATH"] = "/usr/bin:/bin"
     environ["AGENT_SERVER_PORT"] = str(free_port())
-    as_root = os.geteuid() == 0
+    as_root = reachable is not None
     command = [str(AGENT_SERVER), "serve"]
-    if as_root:
-        environ["PYTHONPATH"] = _pythonpath()
-        command = [*_unprivileged_python(), "-m", "agent_server", "serve"]
-    log_path = unprivileged_home.parent / "server.log"
+    if reachable is not None:
+        command, extra = reachable.server()
+        environ.update(extra)
+        environ["AGENT_SERVER_RUNTIME_COMMAND"] = str(reachable.stand_in("fake-claude"))
+    log_path = home.parent / "server.log"
     with log_path.open("wb") as log:
         process = subprocess.Popen(
             command,
@@ -297,7 +279,7 @@ def test_the_cli_cannot_read_the_servers_environment_or_memory(
             stdout=log,
             stderr=log,
             user=65534 if as_root else None,
-            cwd=unprivileged_home,
+            cwd=home,
         )
     base = f"http://127.0.0.1:{environ['AGENT_SERVER_PORT']}"
     try:

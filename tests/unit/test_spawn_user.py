@@ -12,19 +12,26 @@ import pytest
 from agent_server import spawn_user
 from agent_server.config import Settings
 from agent_server.errors import ConfigError
-from agent_server.spawn_user import SpawnUser, check_can_switch, file_ids_of, resolve_spawn_user
+from agent_server.spawn_user import (
+    SpawnUser,
+    check_can_switch,
+    file_ids_of,
+    launcher_failed,
+    resolve_spawn_user,
+)
 from tests.conftest import unavailable
 
 NOBODY = pwd.getpwnam("nobody")
 
 
 def _user(uid: int = NOBODY.pw_uid) -> SpawnUser:
-    return SpawnUser("agent", uid, uid, Path("/home/agent"), "/usr/bin/setpriv")
+    return SpawnUser("agent", uid, uid, Path("/home/agent"), "/usr/bin/setpriv", "/usr/bin/env")
 
 
 def test_the_launcher_leaves_the_spawn_nothing_to_gain() -> None:
-    """Its uid and group, no other group, every capability set empty, no_new_privs."""
-    assert _user(1000).launcher() == (
+    """Its uid and group, no other group, every capability set empty, no_new_privs; the
+    workdir entered as that user."""
+    assert _user(1000).launcher(Path("/work")) == (
         "/usr/bin/setpriv",
         "--reuid=1000",
         "--regid=1000",
@@ -33,6 +40,9 @@ def test_the_launcher_leaves_the_spawn_nothing_to_gain() -> None:
         "--ambient-caps=-all",
         "--bounding-set=-all",
         "--no-new-privs",
+        "--",
+        "/usr/bin/env",
+        "--chdir=/work",
         "--",
     )
 
@@ -133,3 +143,22 @@ def test_a_spawn_user_owns_the_agents_home(tmp_path: Path) -> None:
     assert settings.state_dir == tmp_path / ".local" / "state" / "agent-server"
     assert settings.baseline_env["HOME"] == str(home)
     assert (settings.baseline_env["USER"], settings.baseline_env["LOGNAME"]) == ("nobody",) * 2
+
+
+@pytest.mark.parametrize(
+    ("exit_code", "stderr", "failed"),
+    [
+        pytest.param(125, "env: cannot change directory to '/w': Permission denied\n", True,
+                     id="the workdir closed to the spawn user"),
+        pytest.param(127, "env: 'claude': No such file or directory\n", True, id="no CLI"),
+        pytest.param(126, "env: 'claude': Permission denied\n", True, id="not executable"),
+        pytest.param(127, "setpriv: failed to execute env\n", True, id="no env"),
+        pytest.param(1, "env: something the CLI printed\n", False, id="the CLI's own exit"),
+        pytest.param(127, "claude: oops\n", False, id="the CLI's own 127"),
+    ],
+)  # fmt: skip
+def test_a_failed_launch_is_told_from_the_clis_own_exit(
+    exit_code: int, stderr: str, failed: bool
+) -> None:
+    """Only the launcher's own exits and words mean the CLI never ran."""
+    assert launcher_failed(exit_code, stderr) is failed
