@@ -88,7 +88,11 @@ class RedisStore:
         """Connect to `redis://HOST:PORT/DB` and check that it answers."""
         client = redis.Redis.from_url(url, decode_responses=True)
         store = cls(client)
-        await store._call(client.ping())
+        try:
+            await store._call(client.ping())
+        except StoreError:
+            await client.aclose()
+            raise
         return store
 
     async def _call(self, pending: Any) -> Any:
