@@ -268,6 +268,7 @@ class MessagesApiStandIn(ThreadServer):
         self._requests: list[RecordedRequest] = []
         self._scenarios: dict[str, Scenario] = {}
         self._headroom: dict[str, Headroom] = {}
+        self._reset_in: dict[str, int] = {}
         self._released = threading.Event()
         app = Starlette(
             routes=[
@@ -293,6 +294,11 @@ class MessagesApiStandIn(ThreadServer):
                 self._headroom.pop(credential, None)
             else:
                 self._headroom[credential] = headroom
+
+    def reset_in(self, credential: str, seconds: int) -> None:
+        """Rate limits of ``credential`` reset ``seconds`` after their answer."""
+        with self._lock:
+            self._reset_in[credential] = seconds
 
     @property
     def gateway_url(self) -> str:
@@ -399,7 +405,9 @@ class MessagesApiStandIn(ThreadServer):
     def _answer(
         self, scenario: Scenario, credential: _Credential, model: str, stream: bool
     ) -> Response:
-        resets_at = int(time.time()) + self.reset_in_s
+        with self._lock:
+            reset_in = self._reset_in.get(credential.value or "", self.reset_in_s)
+        resets_at = int(time.time()) + reset_in
         match scenario:
             case Scenario.SUCCESS | Scenario.SLOW:
                 fp = fingerprint(credential.value or "")
@@ -424,7 +432,7 @@ class MessagesApiStandIn(ThreadServer):
                     "rate_limit_error",
                     "This request would exceed the rate limit for your organization of 50 "
                     "requests per minute. Please try again later.",
-                    api_key_rate_limit_headers(self.reset_in_s),
+                    api_key_rate_limit_headers(reset_in),
                 )
             case Scenario.AUTH_401:
                 bearer = credential.kind != "x-api-key"
