@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Literal, get_args
+from typing import Literal, NamedTuple, get_args
 
 from agent_server.controller.clock import parse_instant
 from agent_server.turn_models import RateLimitReading, RateLimitWindow
@@ -22,8 +22,7 @@ FailureKind = Literal["rate_limit", "auth", "billing"]
 FAILURE_KINDS: tuple[FailureKind, ...] = get_args(FailureKind)
 
 
-@dataclass(frozen=True)
-class CredentialInfo:
+class CredentialInfo(NamedTuple):
     """A credential as the store knows it: its id and kind, never its secret."""
 
     id: str

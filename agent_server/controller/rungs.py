@@ -20,15 +20,18 @@ A legacy server (one that ignores overrides) gets subscriptions only. A credenti
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal
+from types import MappingProxyType
+from typing import Literal, NamedTuple
 
 from agent_server.controller.pool_state import (
     Assignment,
     CredentialInfo,
     CredentialKind,
+    Failure,
+    FailureKind,
     PoolSnapshot,
 )
 from agent_server.controller.standing import (
@@ -42,10 +45,10 @@ from agent_server.controller.standing import (
 )
 
 RungReason = Literal["assigned", "headroom", "last_resort", "api_key", "gateway"]
+_NONE: Mapping[FailureKind, Failure] = MappingProxyType({})
 
 
-@dataclass(frozen=True)
-class Rung:
+class Rung(NamedTuple):
     """One attempt the walk may make: a credential, and why it is on the ladder."""
 
     credential_id: str
@@ -75,13 +78,9 @@ class PoolView:
     ) -> PoolView:
         """The view of `agent` over the credentials `infos` from a store's snapshot."""
         agents = Counter(a.credential_id for a in snapshot.assignments.values())
+        failures, readings = snapshot.failures, snapshot.readings
         standings = tuple(
-            Standing(
-                info,
-                snapshot.failures.get(info.id, {}),
-                snapshot.readings.get(info.id),
-                agents[info.id],
-            )
+            Standing(info, failures.get(info.id, _NONE), readings.get(info.id), agents[info.id])
             for info in infos
         )
         return cls(
@@ -108,28 +107,33 @@ class TurnContext:
 
 def plan_rungs(view: PoolView, turn: TurnContext) -> list[Rung]:
     """Every rung the turn may still try, best first."""
-    now = turn.now
-    untried = [s for s in view.standings if s.info.id not in turn.tried]
-    subscriptions = [s for s in untried if s.info.kind == "subscription"]
+    now, tried = turn.now, turn.tried
     assigned_id = view.assignment.credential_id if view.assignment else None
-    rungs: list[Rung] = []
-    for standing in subscriptions:
-        if standing.info.id == assigned_id and _worth_first(standing, now):
-            rungs.append(_rung(standing, "assigned"))
-    others = [s for s in subscriptions if not rungs or s.info.id != assigned_id]
-    skipped = [s for s in others if failed_recently(s, now)]
-    ranked = sorted(
-        (s for s in others if s not in skipped and not fresh_refusal(s, now)),
-        key=lambda s: headroom_key(s, now),
-    )
-    rungs += [_rung(s, "headroom") for s in ranked]
-    rungs += [_rung(s, "last_resort") for s in _last_resorts(skipped, turn)]
+    first: list[Rung] = []
+    healthy: list[Standing] = []
+    skipped: list[Standing] = []
+    key = gateway = None
+    for standing in view.standings:  # one pass: a pool may hold a thousand credentials
+        ident, kind = standing.info
+        if ident in tried:
+            continue
+        if kind == "api_key":
+            key = key or standing
+        elif kind == "gateway":
+            gateway = gateway or standing
+        elif ident == assigned_id and _worth_first(standing, now):
+            first.append(Rung(ident, kind, "assigned"))
+        elif failed_recently(standing, now):
+            skipped.append(standing)
+        elif not fresh_refusal(standing, now):
+            healthy.append(standing)
+    healthy.sort(key=lambda s: headroom_key(s, now))
+    rungs = first + [Rung(s.info.id, s.info.kind, "headroom") for s in healthy]
+    rungs += [Rung(s.info.id, s.info.kind, "last_resort") for s in _last_resorts(skipped, turn)]
     if turn.legacy:
         return rungs
-    key = _one(untried, "api_key")
     if key is not None and view.api_key_allowed and not refused_recently(key, now):
         rungs.append(_rung(key, "api_key"))
-    gateway = _one(untried, "gateway")
     if gateway is not None and not refused_recently(gateway, now):
         on_gateway = view.gateway_until is not None and now < view.gateway_until
         rungs.insert(0 if on_gateway else len(rungs), _rung(gateway, "gateway"))
@@ -154,10 +158,6 @@ def _last_resorts(skipped: Sequence[Standing], turn: TurnContext) -> list[Standi
 def _failed_at(standing: Standing, now: datetime) -> datetime:
     failure = standing.last_failure
     return failure.at if failure is not None else now
-
-
-def _one(standings: Sequence[Standing], kind: CredentialKind) -> Standing | None:
-    return next((s for s in standings if s.info.kind == kind), None)
 
 
 def _rung(standing: Standing, reason: RungReason) -> Rung:

@@ -15,8 +15,9 @@ nothing: a credential that merely has not been tried again stays skipped.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from types import MappingProxyType
+from typing import NamedTuple
 
 from agent_server.controller.pool_state import CredentialInfo, Failure, FailureKind, Reading
 
@@ -37,12 +38,11 @@ USABLE_READING = timedelta(hours=5)
 SERVING = frozenset({"allowed", "allowed_warning"})
 
 
-@dataclass(frozen=True)
-class Standing:
-    """One credential and what the store knows of it."""
+class Standing(NamedTuple):
+    """One credential and what the store knows of it (a tuple: a pool makes a thousand)."""
 
     info: CredentialInfo
-    failures: Mapping[FailureKind, Failure] = field(default_factory=dict)
+    failures: Mapping[FailureKind, Failure] = MappingProxyType({})
     reading: Reading | None = None
     agents: int = 0
     """How many agents are assigned to it."""
@@ -50,7 +50,9 @@ class Standing:
     @property
     def last_failure(self) -> Failure | None:
         """Its latest failure of any kind."""
-        return max(self.failures.values(), key=lambda f: f.at, default=None)
+        if not self.failures:  # most credentials of a pool, on every rung: the quick way
+            return None
+        return max(self.failures.values(), key=lambda f: f.at)
 
 
 def fresh(reading: Reading | None, now: datetime) -> Reading | None:
@@ -131,7 +133,9 @@ def throttled(standing: Standing, now: datetime) -> bool:
 
 
 def fresh_refusal(standing: Standing, now: datetime) -> bool:
-    """A fresh reading refuses it, with no failure of ours since: dropped from ranking."""
+    """A fresh reading refuses it: dropped from ranking."""
+    if standing.reading is None:
+        return False
     reading = fresh(standing.reading, now)
     return reading is not None and refusing(reading, now)
 
@@ -152,7 +156,7 @@ def fullness(reading: Reading | None, now: datetime) -> float | None:
 def headroom_key(standing: Standing, now: datetime) -> tuple[bool, int, int, str]:
     """Ranking: measured before unmeasured, then the fuller window in 10-point bands,
     then fewest agents, then the id."""
-    full = fullness(standing.reading, now)
+    full = None if standing.reading is None else fullness(standing.reading, now)
     band = 0 if full is None else min(int(full * 10 + 1e-9), 10)
     return (full is None, band, standing.agents, standing.info.id)
 
