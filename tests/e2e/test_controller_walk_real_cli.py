@@ -14,7 +14,7 @@ import pytest
 
 from agent_server.controller.clock import utc_now
 from agent_server.controller.events import WalkEvent, WalkPhase
-from agent_server.controller.pool_state import ScheduledRetry
+from agent_server.controller.pool_state import Failure, ScheduledRetry
 from agent_server.controller.retries import RetryScheduler
 from agent_server.controller.store import open_store
 from agent_server.controller.walk_result import WalkTurn
@@ -209,3 +209,25 @@ async def test_a_hundred_turns_over_two_exhausted_subscriptions_never_flip_the_a
     assert agent.status()["generation"] == generation
     assert list(retries) == ["agent-pingpong"]
     assert_quiet(events, creds)
+
+
+async def test_a_manual_assignment_supersedes_the_wait(
+    agent: ServerProcess, creds: Credentials, tmp_path: Path
+) -> None:
+    """An agent waiting for capacity is assigned by hand: the server and the store take the
+    new subscription (a new generation), and the scheduled retry is gone."""
+    a, b = creds.new("ratelimit"), creds.new("good")
+    pool = make_pool(("a", "subscription", a), ("b", "subscription", b))
+    events: list[WalkEvent] = []
+    async with walking(agent, pool, f"sqlite:///{tmp_path}/pool.db", events) as (walker, store):
+        await store.record_failure(Failure("b", "auth", utc_now() - timedelta(minutes=10)))
+        waiting = await walker.walk(WalkTurn("agent-held", "hi"))
+        assigned = await walker.assign("agent-held", "b")
+        retries = (await store.snapshot()).retries
+    assert waiting.outcome == "waiting_for_capacity"
+    assert attempts(waiting) == [("a", "rate_limit")]
+    assert (assigned.credential_id, assigned.generation) == ("b", 2)
+    assert retries == {}
+    assert agent.status()["fingerprint"] == f"sha256:{fingerprint(b)}"
+    phases = [e.phase for e in events]
+    assert phases[-2:] == [WalkPhase.ASSIGNED, WalkPhase.SUPERSEDED]
