@@ -151,20 +151,23 @@ class RedisStore:
         body = await self._call(self._compare_and_set(keys=[ASSIGNMENTS], args=args))
         return decode_assignment(agent, body) if body else None
 
-    async def record_failure(self, failure: Failure) -> None:
-        """Keep the newer failure of each credential and kind."""
-        field = f"{failure.credential_id}{_FIELD_SEPARATOR}{failure.kind}"
-        args: list[str | int] = [field, to_micros(failure.at), encode_failure(failure)]
-        await self._call(self._keep_newer(keys=[FAILURES], args=args))
-
-    async def record_reading(self, reading: Reading) -> None:
-        """Keep the newer reading of each credential."""
-        args: list[str | int] = [
-            reading.credential_id,
-            to_micros(reading.at),
-            encode_reading(reading),
-        ]
-        await self._call(self._keep_newer(keys=[READINGS], args=args))
+    async def record(
+        self, *, reading: Reading | None = None, failure: Failure | None = None
+    ) -> None:
+        """Keep the newer reading, and the newer failure of each kind, in one round trip."""
+        async with self._redis.pipeline(transaction=True) as pipe:
+            if reading is not None:
+                args: list[str | int] = [
+                    reading.credential_id,
+                    to_micros(reading.at),
+                    encode_reading(reading),
+                ]
+                await self._keep_newer(keys=[READINGS], args=args, client=pipe)
+            if failure is not None:
+                field = f"{failure.credential_id}{_FIELD_SEPARATOR}{failure.kind}"
+                args = [field, to_micros(failure.at), encode_failure(failure)]
+                await self._keep_newer(keys=[FAILURES], args=args, client=pipe)
+            await self._call(pipe.execute())
 
     async def set_gateway_until(self, agent: str, until: datetime | None) -> None:
         """Set or clear the agent's gateway cooldown."""

@@ -153,25 +153,35 @@ class SqliteStore:
 
         return await self._run(swap)
 
-    async def record_failure(self, failure: Failure) -> None:
-        """Keep the newer failure of each credential and kind."""
-        row = (failure.credential_id, failure.kind, to_micros(failure.at), encode_failure(failure))
-        await self._write(
-            "INSERT INTO failures VALUES (?, ?, ?, ?) ON CONFLICT (credential_id, kind) "
-            "DO UPDATE SET at_us = excluded.at_us, body = excluded.body "
-            "WHERE excluded.at_us > failures.at_us",
-            row,
-        )
+    async def record(
+        self, *, reading: Reading | None = None, failure: Failure | None = None
+    ) -> None:
+        """Keep the newer reading, and the newer failure of each kind, in one transaction."""
 
-    async def record_reading(self, reading: Reading) -> None:
-        """Keep the newer reading of each credential."""
-        row = (reading.credential_id, to_micros(reading.at), encode_reading(reading))
-        await self._write(
-            "INSERT INTO readings VALUES (?, ?, ?) ON CONFLICT (credential_id) "
-            "DO UPDATE SET at_us = excluded.at_us, body = excluded.body "
-            "WHERE excluded.at_us > readings.at_us",
-            row,
-        )
+        def write(db: sqlite3.Connection) -> None:
+            with _transaction(db):
+                if reading is not None:
+                    db.execute(
+                        "INSERT INTO readings VALUES (?, ?, ?) ON CONFLICT (credential_id) "
+                        "DO UPDATE SET at_us = excluded.at_us, body = excluded.body "
+                        "WHERE excluded.at_us > readings.at_us",
+                        (reading.credential_id, to_micros(reading.at), encode_reading(reading)),
+                    )
+                if failure is not None:
+                    db.execute(
+                        "INSERT INTO failures VALUES (?, ?, ?, ?) "
+                        "ON CONFLICT (credential_id, kind) "
+                        "DO UPDATE SET at_us = excluded.at_us, body = excluded.body "
+                        "WHERE excluded.at_us > failures.at_us",
+                        (
+                            failure.credential_id,
+                            failure.kind,
+                            to_micros(failure.at),
+                            encode_failure(failure),
+                        ),
+                    )
+
+        await self._run(write)
 
     async def set_gateway_until(self, agent: str, until: datetime | None) -> None:
         """Set or clear the agent's gateway cooldown."""

@@ -58,11 +58,11 @@ class PoolStore(Protocol):
         """Assign `credential_id` if the agent's generation is still `expected_generation`
         (None: it has no assignment); the new assignment, or None when another won."""
 
-    async def record_failure(self, failure: Failure) -> None:
-        """Keep `failure` as its credential's latest of its kind, unless a newer one is."""
-
-    async def record_reading(self, reading: Reading) -> None:
-        """Keep `reading` as its credential's latest, unless a newer one is."""
+    async def record(
+        self, *, reading: Reading | None = None, failure: Failure | None = None
+    ) -> None:
+        """Keep what one answer said of a credential, in one write: `reading` as its
+        latest and `failure` as its latest of that kind, each unless a newer one is."""
 
     async def set_gateway_until(self, agent: str, until: datetime | None) -> None:
         """Send the agent's turns to the gateway first until `until` (None: no longer)."""

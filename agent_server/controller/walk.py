@@ -159,8 +159,11 @@ class _Walk:
 
     async def run(self) -> WalkResult:
         agent = self.turn.agent
-        self.assignment = await self.w.assignment_of(agent)
         self.snapshot = await self.w.store.snapshot()
+        self.assignment = self.snapshot.assignments.get(agent)
+        if self.assignment is None:  # its first walk
+            self.assignment = await self.w.assignment_of(agent)
+            self.snapshot = await self.w.store.snapshot()
         self.w._emit(WalkPhase.STARTED, agent, credential_id=self.assignment.credential_id)
         limit = len(self.w.pool.credentials) + EXTRA_RUNGS
         while len(self.trail) < limit:
@@ -237,7 +240,7 @@ class _Walk:
         """A served attempt: its reading kept; a new subscription committed; the gateway
         cooldown started, or ended when a subscription served again."""
         agent = self.turn.agent
-        await self._record_reading(rung.credential_id, reply.answer.metadata)
+        await self._record(self._reading(rung.credential_id, reply.answer.metadata), None)
         self.trail.append(Attempt(rung.credential_id, rung.kind, 200, None))
         self.w._emit(WalkPhase.SERVED, agent, credential_id=rung.credential_id)
         if self.legacy:
@@ -261,9 +264,15 @@ class _Walk:
         self.trail.append(
             Attempt(rung.credential_id, rung.kind, error.status, error.error_code, resets_at)
         )
-        if isinstance(error, TurnFailed):
-            await self._record_reading(rung.credential_id, error.detail.metadata)
+        metadata = error.detail.metadata if isinstance(error, TurnFailed) else None
         kind = _SWITCH_KINDS.get(error.error_code)
+        switch = isinstance(error, CredentialRefused) and kind is not None
+        failure = (
+            Failure(rung.credential_id, kind, self.w.clock(), resets_at, agent)
+            if switch and kind is not None
+            else None
+        )
+        await self._record(self._reading(rung.credential_id, metadata), failure)
         self.w._emit(
             WalkPhase.ATTEMPT_FAILED,
             agent,
@@ -271,12 +280,7 @@ class _Walk:
             error_code=error.error_code,
             resets_at=resets_at,
         )
-        if not isinstance(error, CredentialRefused) or kind is None:
-            return self._result("failed", error=error)
-        failure = Failure(rung.credential_id, kind, self.w.clock(), resets_at, agent)
-        await self.w.store.record_failure(failure)
-        self.snapshot = self.snapshot.with_failure(failure)
-        return None
+        return None if switch else self._result("failed", error=error)
 
     async def _legacy(self, error: AgentError, timeout_s: float) -> WalkResult:
         """An old server ignored the override: the failure is its own credential's. One
@@ -332,12 +336,20 @@ class _Walk:
         self.w._emit(WalkPhase.COMMITTED, agent, credential_id=credential_id, note=note)
         return True
 
-    async def _record_reading(self, credential_id: str, metadata: TurnMetadata | None) -> None:
+    def _reading(self, credential_id: str, metadata: TurnMetadata | None) -> Reading | None:
         if metadata is None or metadata.rate_limit is None:
+            return None
+        return Reading.of(credential_id, self.w.clock(), metadata.rate_limit)
+
+    async def _record(self, reading: Reading | None, failure: Failure | None) -> None:
+        """What one answer said of its credential: in the store (one write) and the snapshot."""
+        if reading is None and failure is None:
             return
-        reading = Reading.of(credential_id, self.w.clock(), metadata.rate_limit)
-        await self.w.store.record_reading(reading)
-        self.snapshot = self.snapshot.with_reading(reading)
+        await self.w.store.record(reading=reading, failure=failure)
+        if reading is not None:
+            self.snapshot = self.snapshot.with_reading(reading)
+        if failure is not None:
+            self.snapshot = self.snapshot.with_failure(failure)
 
     async def _wait_for_capacity(self) -> WalkResult:
         """Every credential is exhausted: one retry at the earliest known reset."""

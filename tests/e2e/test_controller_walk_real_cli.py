@@ -220,7 +220,7 @@ async def test_a_manual_assignment_supersedes_the_wait(
     pool = make_pool(("a", "subscription", a), ("b", "subscription", b))
     events: list[WalkEvent] = []
     async with walking(agent, pool, f"sqlite:///{tmp_path}/pool.db", events) as (walker, store):
-        await store.record_failure(Failure("b", "auth", utc_now() - timedelta(minutes=10)))
+        await store.record(failure=Failure("b", "auth", utc_now() - timedelta(minutes=10)))
         waiting = await walker.walk(WalkTurn("agent-held", "hi"))
         assigned = await walker.assign("agent-held", "b")
         retries = (await store.snapshot()).retries

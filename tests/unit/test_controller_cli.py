@@ -35,9 +35,11 @@ async def _seed(url: str) -> None:
     store = await open_store(url)
     now = utc_now()
     await store.compare_and_set_assignment("agent-1", "b", expected_generation=None, at=now)
-    await store.record_failure(Failure("a", "rate_limit", now, now + timedelta(hours=1)))
-    await store.record_reading(
-        Reading("b", now, "allowed", None, WindowUse(0.42, now + timedelta(hours=2), "allowed"))
+    await store.record(failure=Failure("a", "rate_limit", now, now + timedelta(hours=1)))
+    await store.record(
+        reading=Reading(
+            "b", now, "allowed", None, WindowUse(0.42, now + timedelta(hours=2), "allowed")
+        )
     )
     await store.close()
 

@@ -104,13 +104,13 @@ async def test_the_newer_failure_of_a_kind_stands(store: PoolStore) -> None:
     """A newer failure replaces an older one of its kind, never the other way round."""
     old = Failure("sub-a", "rate_limit", T0, T0 + timedelta(hours=1), "agent-1")
     new = Failure("sub-a", "rate_limit", T0 + timedelta(minutes=5), None, "agent-2")
-    await store.record_failure(new)
-    await store.record_failure(old)
-    await store.record_failure(Failure("sub-a", "auth", T0, None, None))
+    await store.record(failure=new)
+    await store.record(failure=old)
+    await store.record(failure=Failure("sub-a", "auth", T0, None, None))
     failures = (await store.snapshot()).failures["sub-a"]
     assert failures["rate_limit"] == new
     assert failures["auth"] == Failure("sub-a", "auth", T0, None, None)
-    await store.record_failure(old.__class__("sub-a", "rate_limit", T0 + timedelta(hours=1)))
+    await store.record(failure=old.__class__("sub-a", "rate_limit", T0 + timedelta(hours=1)))
     assert (await store.snapshot()).failures["sub-a"]["rate_limit"].at == T0 + timedelta(hours=1)
 
 
@@ -124,11 +124,21 @@ async def test_a_reading_keeps_its_windows_and_instants_exactly(store: PoolStore
         WindowUse(0.91, T0 + timedelta(hours=2), "allowed_warning"),
         WindowUse(0.35, T0 + timedelta(days=3), "allowed"),
     )
-    await store.record_reading(reading)
-    await store.record_reading(Reading("sub-a", T0 - timedelta(seconds=1), "rejected"))
+    await store.record(reading=reading)
+    await store.record(reading=Reading("sub-a", T0 - timedelta(seconds=1), "rejected"))
     kept = (await store.snapshot()).readings["sub-a"]
     assert kept == reading
     assert kept.at.tzinfo is not None
+
+
+async def test_one_answer_records_its_reading_and_its_failure_together(store: PoolStore) -> None:
+    """A refusal's reading and failure land in one write, each under its credential."""
+    reading = Reading("sub-a", T0, "rejected", T0 + timedelta(hours=1))
+    failure = Failure("sub-a", "rate_limit", T0, T0 + timedelta(hours=1), "agent-1")
+    await store.record(reading=reading, failure=failure)
+    snapshot = await store.snapshot()
+    assert snapshot.readings == {"sub-a": reading}
+    assert snapshot.failures == {"sub-a": {"rate_limit": failure}}
 
 
 async def test_a_gateway_cooldown_is_set_and_cleared(store: PoolStore) -> None:
