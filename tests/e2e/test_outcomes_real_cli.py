@@ -38,6 +38,7 @@ from tests.support.messages_api import (
     fingerprint,
     require_real_cli,
 )
+from tests.support.messages_api import ScenarioCredentials as Credentials
 from tests.support.server import ServerProcess, server_environ
 
 pytestmark = pytest.mark.realcli
@@ -70,19 +71,6 @@ class Answer:
         detail = self.json["detail"]
         assert isinstance(detail, dict), self.text
         return detail
-
-
-class Credentials:
-    """Fresh credential values that pick a stand-in scenario by substring; all registered."""
-
-    def __init__(self, registry: SecretRegistry) -> None:
-        self.registry = registry
-        self.values: list[str] = []
-
-    def new(self, scenario: str) -> str:
-        value = f"tsec{scenario}{secrets.token_hex(10)}"
-        self.values.append(value)
-        return self.registry.add(f"cli-{scenario}", value)
 
 
 @pytest.fixture(scope="module")

@@ -30,6 +30,7 @@ import enum
 import hashlib
 import json
 import os
+import secrets
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -43,6 +44,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from tests.conftest import SecretRegistry
 from tests.support.thread_server import ThreadServer
 
 UNKNOWN_MODEL = "claude-nonexistent-9"
@@ -97,6 +99,22 @@ DEFAULT_SUBSTRING_SCENARIOS: tuple[tuple[str, Scenario], ...] = (
     ("servererror", Scenario.SERVER_ERROR),
     ("slow", Scenario.SLOW),
 )
+
+
+class ScenarioCredentials:
+    """Fresh credential values that pick a scenario by substring (``ratelimit`` …), each
+    registered for the leak checks under ``label``."""
+
+    def __init__(self, registry: SecretRegistry, label: str = "cli") -> None:
+        self.registry = registry
+        self.label = label
+        self.values: list[str] = []
+
+    def new(self, scenario: str) -> str:
+        """A new value holding ``scenario`` (a substring, or none for a success)."""
+        value = f"tsec{scenario}{secrets.token_hex(10)}"
+        self.values.append(value)
+        return self.registry.add(f"{self.label}-{scenario}", value)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""A real `redis-server` (Debian's package) on a free loopback port, for the Redis store.
+"""A real `redis-server` (Debian's package) on a free loopback port, for the Redis store;
+and `store_url`, an empty store of each kind, for the tests every store must pass.
 
 It keeps nothing on disk (`--save ''`, no append-only file) and lives in a temp dir.
 Without the binary the tests skip locally and FAIL under `CI` (`.ci/run` installs
@@ -100,3 +101,17 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
         yield server
     finally:
         server.stop()
+
+
+STORE_DB = 3
+"""The Redis database the store tests use (emptied before each)."""
+
+
+@pytest.fixture(params=["sqlite", "redis"], name="store_url")
+def store_url_fixture(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh, empty pool store of each kind: SQLite in tmp_path, Redis on the server."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/pool.sqlite3"
+    server: RedisServer = request.getfixturevalue("redis_server")
+    server.flush(STORE_DB)
+    return server.url(STORE_DB)

@@ -4,7 +4,6 @@ server and store, and what the stand-in was sent."""
 from __future__ import annotations
 
 import contextlib
-import secrets
 from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import datetime
 from pathlib import Path
@@ -23,6 +22,7 @@ from agent_server.controller.walk_result import WalkResult
 from tests.conftest import SecretRegistry
 from tests.e2e.conftest import TurnServers
 from tests.support.messages_api import QUIET_CLI, MessagesApiStandIn, require_real_cli
+from tests.support.messages_api import ScenarioCredentials as Credentials
 from tests.support.server import CONTROLLER_TOKEN, ServerProcess
 
 HOUR = 3600
@@ -57,20 +57,7 @@ def agent_fixture(module_turn_servers: TurnServers, cli_env: dict[str, str]) -> 
 @pytest.fixture(scope="module", name="creds")
 def creds_fixture(secret_registry: SecretRegistry) -> Credentials:
     """The module's credential values, registered for the leak checks."""
-    return Credentials(secret_registry)
-
-
-class Credentials:
-    """Credential values that pick a stand-in answer by substring; registered for leaks."""
-
-    def __init__(self, registry: SecretRegistry) -> None:
-        self.registry = registry
-        self.values: list[str] = []
-
-    def new(self, scenario: str) -> str:
-        value = f"tsec{scenario}{secrets.token_hex(10)}"
-        self.values.append(value)
-        return self.registry.add(f"walk-{scenario}", value)
+    return Credentials(secret_registry, "walk")
 
 
 def make_pool(*entries: tuple[str, str, str], gateway_url: str = "", opt_out: str = "") -> Pool:

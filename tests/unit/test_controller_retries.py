@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 
@@ -12,7 +11,10 @@ from agent_server.controller.events import WalkEvent, WalkPhase
 from agent_server.controller.pool_state import ScheduledRetry
 from agent_server.controller.retries import RetryScheduler
 from agent_server.controller.store import open_store
-from tests.support.redis_server import RedisServer, redis_server  # noqa: F401 - a fixture
+from tests.support.redis_server import (  # noqa: F401 - fixtures
+    redis_server,
+    store_url_fixture,
+)
 
 pytestmark = pytest.mark.anyio
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -21,15 +23,6 @@ NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-@pytest.fixture(params=["sqlite", "redis"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path}/pool.sqlite3"
-    server: RedisServer = request.getfixturevalue("redis_server")
-    server.flush(4)
-    return server.url(4)
 
 
 def _retry(retry_id: str, generation: int | None, due_in_s: float) -> ScheduledRetry:

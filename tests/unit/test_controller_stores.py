@@ -18,7 +18,10 @@ from agent_server.controller.pool_state import (
     WindowUse,
 )
 from agent_server.controller.store import PoolStore, default_store_url, open_store
-from tests.support.redis_server import RedisServer, redis_server  # noqa: F401 - a fixture
+from tests.support.redis_server import (  # noqa: F401 - fixtures
+    redis_server,
+    store_url_fixture,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -29,16 +32,6 @@ T0 = datetime(2026, 12, 1, 8, 30, 15, 123456, tzinfo=UTC)
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-@pytest.fixture(params=["sqlite", "redis"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A fresh, empty store of each kind."""
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path}/pool.sqlite3"
-    server: RedisServer = request.getfixturevalue("redis_server")
-    server.flush(3)
-    return server.url(3)
 
 
 @pytest.fixture
