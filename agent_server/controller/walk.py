@@ -39,6 +39,7 @@ from agent_server.controller.errors import (
 from agent_server.controller.events import EventHook, WalkEvent, WalkPhase, emit
 from agent_server.controller.pool_file import Pool, PoolCredential
 from agent_server.controller.pool_state import (
+    FAILURE_KINDS,
     Assignment,
     Failure,
     FailureKind,
@@ -62,11 +63,8 @@ GATEWAY_COOLDOWN = timedelta(minutes=15)
 walk probes the subscriptions again, and switches back when one serves."""
 UNKNOWN_RESET_WAIT = timedelta(minutes=30)
 """When the agent retries if no credential said when it resets."""
-_SWITCH_KINDS: dict[str, FailureKind] = {
-    "rate_limit": "rate_limit",
-    "auth": "auth",
-    "billing": "billing",
-}
+_SWITCH_KINDS: dict[str, FailureKind] = {kind: kind for kind in FAILURE_KINDS}
+"""The error codes a credential is blamed for, as the failure kinds they are kept as."""
 
 
 class Walker:
