@@ -1,4 +1,5 @@
-"""`agent-server [serve|status]`: serve the API (default) or print the credential status."""
+"""`agent-server [serve|status|pool]`: serve the API (default), print the credential
+status, or drive a pool of credentials (`pool walk|status`, the controller library)."""
 
 from __future__ import annotations
 
@@ -30,12 +31,18 @@ from agent_server.spawn_user import check_can_switch
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `agent-server` console script."""
+    given = sys.argv[1:] if argv is None else argv
+    if given[:1] == ["pool"]:
+        # The controller's command line: imported only when asked for (the server never is).
+        from agent_server.controller.cli import main as pool_main
+
+        return pool_main(given[1:])
     parser = argparse.ArgumentParser(prog="agent-server", description=__doc__)
     parser.add_argument("command", nargs="?", default="serve", choices=["serve", "status"])
     parser.add_argument(
         "--json", action="store_true", help="status: print the JSON of GET /api/credentials/status"
     )
-    args = parser.parse_args(argv)
+    args = parser.parse_args(given)
     if args.command == "serve":
         return serve()
     try:

@@ -164,6 +164,38 @@ class ChatRequest(BaseModel):
         return self
 
 
+RateLimitStatus = Literal["allowed", "allowed_warning", "rejected", "other"]
+"""What the provider said of a credential's window: `other` for a word not known here."""
+
+
+class RateLimitWindow(BaseModel):
+    """One usage window of a subscription (five-hour or seven-day) as the provider read it."""
+
+    utilization: float | None = None
+    """The fraction of the window used, 0 to 1 (a little over 1 while on overage)."""
+    resets_at: str | None = None
+    """When the window resets: ISO 8601 UTC, `…Z`."""
+    status: RateLimitStatus | None = None
+
+
+class RateLimitReading(BaseModel):
+    """The provider's last rate-limit reading of a turn: how much headroom its credential
+    has (contract §6.5). Claude Code only; every field checked, unknown ones dropped."""
+
+    status: RateLimitStatus | None = None
+    rate_limit_type: str | None = None
+    """The window the status speaks for (`five_hour`, `seven_day`, …, `other`)."""
+    resets_at: str | None = None
+    utilization: float | None = None
+    surpassed_threshold: float | None = None
+    is_using_overage: bool | None = None
+    overage_status: RateLimitStatus | None = None
+    overage_resets_at: str | None = None
+    overage_disabled_reason: str | None = None
+    five_hour: RateLimitWindow | None = None
+    seven_day: RateLimitWindow | None = None
+
+
 class TurnMetadata(BaseModel):
     """What the controller records about one turn."""
 
@@ -188,6 +220,9 @@ class TurnMetadata(BaseModel):
     api_key_source: str | None = None
     log_truncated: bool = False
     session_reset: bool = False
+    rate_limit: RateLimitReading | None = None
+    """The provider's last rate-limit reading of the turn (Claude Code reports one on every
+    turn whose API answers carry it), success or failure; null when there was none."""
 
 
 class ChatContext(BaseModel):

@@ -21,6 +21,7 @@ from bench import (
     spawn_env_build,
     timeline,
     turn_overhead,
+    walk_cost,
 )
 from bench.plan import FULL, QUICK, Plan
 from bench.report import Figure, cpu_busy, machine, render, write_json
@@ -42,6 +43,10 @@ STEPS: dict[int, tuple[str, Step]] = {
     5: ("spawn env build", lambda _w, p: spawn_env_build.measure(p)),
     6: ("redaction at 10 / 1,000 / 20,000 secrets", lambda _w, p: redaction.measure(p)),
     7: ("the machine: wake-ups and cold system calls", lambda _w, p: machine_costs.measure(p)),
+    8: (
+        "the controller's walk: per rung, and choosing one of 1,000",
+        lambda _w, p: walk_cost.measure(p),
+    ),
 }
 
 

@@ -29,6 +29,8 @@ class Plan:
     """Figure 5: time spent on each micro-benchmark."""
     machine_samples: int
     """Figure 7: wake-ups and cold system calls, 50 ms apart, this many of each."""
+    walk_rounds: int
+    """Figure 8: whole walks timed, and rung selections over 1,000 credentials."""
 
 
 FULL = Plan(
@@ -43,6 +45,7 @@ FULL = Plan(
     big_turn_bytes=200 * 1024 * 1024,
     env_budget_s=2.0,
     machine_samples=100,
+    walk_rounds=200,
 )
 QUICK = Plan(
     quick=True,
@@ -56,4 +59,5 @@ QUICK = Plan(
     big_turn_bytes=32 * 1024 * 1024,
     env_budget_s=0.3,
     machine_samples=10,
+    walk_rounds=20,
 )

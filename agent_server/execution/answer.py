@@ -102,6 +102,7 @@ def build_answer(outcome: Outcome, turn: FinishedTurn, now: datetime) -> TurnAns
         api_key_source=stream.api_key_source,
         log_truncated=turn.transcript.truncated,
         session_reset=turn.session_reset,
+        rate_limit=stream.rate_limit,
     )
     log = _events(turn.transcript)
     if outcome.kind in (OutcomeKind.SUCCESS, OutcomeKind.CANCELLED):

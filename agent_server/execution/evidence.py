@@ -33,10 +33,6 @@ UPSTREAM_CODES = frozenset(
     | {"unavailable", "internal", "deadline_exceeded", "service_unavailable"}
 )
 MAX_TURN_REASONS = frozenset({"max_turns", "error_max_turns"})
-RATE_LIMIT_WINDOWS = frozenset(
-    {"five_hour", "seven_day", "seven_day_opus", "seven_day_sonnet", "overage"}
-)
-"""`rateLimitType` values reported as they are (anything else is `other`)."""
 
 SIGNAL_EXIT_CODES = frozenset({130, 137, 143})
 # `Killed` is the shell's exact word for SIGKILL; a lower-case "killed" is just prose.

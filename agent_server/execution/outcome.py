@@ -32,7 +32,6 @@ from agent_server.execution.evidence import (
     NOT_FOUND_TYPES,
     OOM_TEXT,
     RATE_LIMIT_CODES,
-    RATE_LIMIT_WINDOWS,
     SIGNAL_EXIT_CODES,
     TEXT_MARKERS,
     UPSTREAM_CODES,
@@ -43,6 +42,7 @@ from agent_server.execution.runner import ProcessFacts
 from agent_server.names import OutcomeKind
 from agent_server.runtimes.base import OutcomeHints
 from agent_server.runtimes.events import one_of
+from agent_server.runtimes.rate_limit import RATE_LIMIT_WINDOWS
 from agent_server.runtimes.stream import TurnStream
 
 

@@ -4,7 +4,8 @@ The stream-json events this reads (see tests/fixtures/claude-code-2.1.328):
 `system/init` (session, model, permission mode, `apiKeySource`), `system/api_retry`,
 `assistant` (prose, or an API-error message with `error`, `api_error_status`,
 `api_error`, `api_error_type`, `api_error_params.rate_limit_info`),
-`rate_limit_event`, and the final `result`.
+`rate_limit_event` (a rejection classifies the turn; the last reading of any status is
+the turn's headroom, `rate_limit.py`), and the final `result`.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from agent_server.runtimes.events import (
     decode_event,
     one_of,
 )
+from agent_server.runtimes.rate_limit import read_rate_limit
 from agent_server.runtimes.stream import TurnStream
 
 __all__ = ["ClaudeCodeAdapter", "ClaudeStreamParser"]
@@ -58,7 +60,9 @@ class ClaudeStreamParser:
         elif kind == "assistant":
             self._assistant(event)
         elif kind == "rate_limit_event":
-            self._rate_limit(event.get("rate_limit_info"), require_rejected=True)
+            info = event.get("rate_limit_info")
+            self._rate_limit(info, require_rejected=True)
+            self.stream.rate_limit = read_rate_limit(info) or self.stream.rate_limit
         elif kind == "result":
             self._result(event)
             return True

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent_server.turn_models import RateLimitReading
+
 MAX_ASSISTANT_TEXT_CHARS = 1_048_576
 """The model's prose kept for the answer when no result text came: bounded all the same."""
 
@@ -46,6 +48,8 @@ class TurnStream:
 
     rate_limit_info: dict[str, Any] | None = None
     """The last `rate_limit_info` whose status is `rejected`."""
+    rate_limit: RateLimitReading | None = None
+    """The turn's last rate-limit reading, whatever its status (contract §6.5)."""
 
     api_retries: list[dict[str, Any]] = field(default_factory=list)
     error_texts: list[str] = field(default_factory=list)

@@ -33,10 +33,12 @@ from tests.support.contract import ERROR_DETAIL_KEYS, stray_controller_words
 from tests.support.messages_api import (
     QUIET_CLI,
     UNKNOWN_MODEL,
+    Headroom,
     MessagesApiStandIn,
     fingerprint,
     require_real_cli,
 )
+from tests.support.messages_api import ScenarioCredentials as Credentials
 from tests.support.server import ServerProcess, server_environ
 
 pytestmark = pytest.mark.realcli
@@ -69,19 +71,6 @@ class Answer:
         detail = self.json["detail"]
         assert isinstance(detail, dict), self.text
         return detail
-
-
-class Credentials:
-    """Fresh credential values that pick a stand-in scenario by substring; all registered."""
-
-    def __init__(self, registry: SecretRegistry) -> None:
-        self.registry = registry
-        self.values: list[str] = []
-
-    def new(self, scenario: str) -> str:
-        value = f"tsec{scenario}{secrets.token_hex(10)}"
-        self.values.append(value)
-        return self.registry.add(f"cli-{scenario}", value)
 
 
 @pytest.fixture(scope="module")
@@ -138,8 +127,11 @@ def _turns(credentials: Credentials, api: MessagesApiStandIn) -> dict[str, Turn]
         return body
 
     gateway = {"base_url": api.base_url, "auth_token": credentials.new("gateway")}
+    measured = credentials.new("good")
+    api.headroom(measured, Headroom(five_hour=0.91, seven_day=0.35))
     return {
         "success": Turn("main", task(oauth("good"))),
+        "headroom": Turn("main", task({"oauth_token": measured})),
         "gateway": Turn("main", task({"provider": gateway})),
         "five_hour": Turn("main", task(oauth("ratelimit"))),
         "seven_day": Turn("main", task(oauth("weekly"))),
@@ -242,6 +234,47 @@ def test_a_provider_override_reaches_its_gateway(live: dict[str, Answer]) -> Non
     token = answer.sent["auth_override"]["provider"]["auth_token"]
     assert answer.json["response"] == f"served-by kind=bearer fp={fingerprint(token)}"
     assert answer.headers["X-Trinity-Auth-Override"] == "provider"
+
+
+def _ahead_s(instant: str) -> float:
+    moment = datetime.fromisoformat(instant.replace("Z", "+00:00"))
+    return (moment - datetime.now(UTC)).total_seconds()
+
+
+def test_a_success_carries_the_providers_headroom_reading(
+    live: dict[str, Answer], claude_servers: dict[str, ServerProcess]
+) -> None:
+    """The CLI's rate_limit_event of a served turn is its metadata.rate_limit, and it is
+    retained with the result."""
+    answer = live["headroom"]
+    assert answer.status == 200, answer.text
+    reading = answer.json["metadata"]["rate_limit"]
+    assert reading["status"] == "allowed_warning"
+    assert reading["rate_limit_type"] == "five_hour"
+    assert reading["five_hour"]["utilization"] == 0.91
+    assert reading["five_hour"]["status"] == "allowed_warning"
+    assert reading["seven_day"] == {
+        "utilization": 0.35,
+        "resets_at": reading["seven_day"]["resets_at"],
+        "status": "allowed",
+    }
+    assert 3400 < _ahead_s(reading["five_hour"]["resets_at"]) <= 3601
+    retained = claude_servers["main"].get(f"/api/executions/{answer.sent['execution_id']}/result")
+    assert retained.json()["metadata"]["rate_limit"] == reading
+    # Without the headers the CLI still reports a reading: allowed, and nothing measured.
+    bare = live["success"].json["metadata"]["rate_limit"]
+    assert bare["status"] == "allowed"
+    assert bare["five_hour"] is None
+    assert bare["seven_day"] is None
+
+
+def test_a_wall_is_a_rejected_reading_in_the_failures_metadata(live: dict[str, Answer]) -> None:
+    """The rejected rate_limit_event of a 429 is the failed turn's metadata.rate_limit."""
+    reading = live["five_hour"].detail["metadata"]["rate_limit"]
+    assert reading["status"] == "rejected"
+    assert reading["rate_limit_type"] == "five_hour"
+    assert reading["five_hour"]["utilization"] == 1
+    assert live["auth_401"].detail["metadata"]["rate_limit"] is None
 
 
 # --- rate limits ----------------------------------------------------------------------

@@ -9,7 +9,11 @@ and answered in the API's error shape instead of hanging.
 The outcome of a request is chosen by the CREDENTIAL it carries, so a test picks the
 outcome by picking the token: ``api.on(token, Scenario.RATE_LIMIT_FIVE_HOUR)``, or a
 token containing one of the substrings in ``DEFAULT_SUBSTRING_SCENARIOS``. A success
-answers ``served-by kind=<bearer|x-api-key> fp=<sha256-12>``.
+answers ``served-by kind=<bearer|x-api-key> fp=<sha256-12>``; with
+``api.headroom(token, Headroom(five_hour=0.91, seven_day=0.35))`` its 200s also carry
+the unified rate-limit headers, from which the CLI reports a ``rate_limit_event``
+on the successful turn. ``api.gateway_url`` is the same API under ``/gateway``, so a
+test can tell a gateway's requests from the provider's.
 
 Only fingerprints are ever stored: ``api.requests`` holds no raw credential.
 
@@ -26,6 +30,7 @@ import enum
 import hashlib
 import json
 import os
+import secrets
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -39,6 +44,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from tests.conftest import SecretRegistry
 from tests.support.thread_server import ThreadServer
 
 UNKNOWN_MODEL = "claude-nonexistent-9"
@@ -51,6 +57,7 @@ QUIET_CLI = {
 }
 """The real CLI with no retries and no traffic but the turn's."""
 REQUEST_ID = "req_mock"  # what the reference fixtures show
+GATEWAY_PREFIX = "/gateway"
 INSTALLED_CLI = (
     Path(__file__).resolve().parents[2]
     / ".cache/claude-code-2.1.328/node_modules/@anthropic-ai/claude-code/bin/claude.exe"
@@ -92,6 +99,22 @@ DEFAULT_SUBSTRING_SCENARIOS: tuple[tuple[str, Scenario], ...] = (
     ("servererror", Scenario.SERVER_ERROR),
     ("slow", Scenario.SLOW),
 )
+
+
+class ScenarioCredentials:
+    """Fresh credential values that pick a scenario by substring (``ratelimit`` …), each
+    registered for the leak checks under ``label``."""
+
+    def __init__(self, registry: SecretRegistry, label: str = "cli") -> None:
+        self.registry = registry
+        self.label = label
+        self.values: list[str] = []
+
+    def new(self, scenario: str) -> str:
+        """A new value holding ``scenario`` (a substring, or none for a success)."""
+        value = f"tsec{scenario}{secrets.token_hex(10)}"
+        self.values.append(value)
+        return self.registry.add(f"{self.label}-{scenario}", value)
 
 
 @dataclass(frozen=True)
@@ -210,6 +233,45 @@ def _sse(text: str, model: str) -> Iterator[bytes]:
         yield f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode()
 
 
+@dataclass(frozen=True)
+class Headroom:
+    """A subscription's use of its two windows, sent as the unified headers of its 200s."""
+
+    five_hour: float
+    seven_day: float
+    five_hour_reset_in_s: int = 3600
+    seven_day_reset_in_s: int = 4 * 86400
+    warning_at: float = 0.75
+    """A window used past this reads `allowed_warning` (the CLI needs the threshold too)."""
+
+    def headers(self, now: int) -> dict[str, str]:
+        """The unified headers of a 200 (what the real API sends a subscription)."""
+        windows = {
+            "five_hour": ("5h", self.five_hour, now + self.five_hour_reset_in_s),
+            "seven_day": ("7d", self.seven_day, now + self.seven_day_reset_in_s),
+        }
+        headers: dict[str, str] = {}
+        for short, used, reset in windows.values():
+            warned = used >= self.warning_at
+            headers[f"anthropic-ratelimit-unified-{short}-utilization"] = str(used)
+            headers[f"anthropic-ratelimit-unified-{short}-reset"] = str(reset)
+            headers[f"anthropic-ratelimit-unified-{short}-status"] = (
+                "allowed_warning" if warned else "allowed"
+            )
+            if warned:
+                headers[f"anthropic-ratelimit-unified-{short}-surpassed-threshold"] = str(
+                    self.warning_at
+                )
+        claim = max(windows, key=lambda name: windows[name][1])
+        fuller = windows[claim]
+        headers["anthropic-ratelimit-unified-status"] = (
+            "allowed_warning" if fuller[1] >= self.warning_at else "allowed"
+        )
+        headers["anthropic-ratelimit-unified-reset"] = str(fuller[2])
+        headers["anthropic-ratelimit-unified-representative-claim"] = claim
+        return headers
+
+
 class MessagesApiStandIn(ThreadServer):
     """The stand-in server: starlette app served by uvicorn in a background thread.
 
@@ -223,11 +285,14 @@ class MessagesApiStandIn(ThreadServer):
         self._lock = threading.Lock()
         self._requests: list[RecordedRequest] = []
         self._scenarios: dict[str, Scenario] = {}
+        self._headroom: dict[str, Headroom] = {}
+        self._reset_in: dict[str, int] = {}
         self._released = threading.Event()
         app = Starlette(
             routes=[
                 Route("/v1/messages", self._messages, methods=["POST"]),
                 Route("/v1/messages/count_tokens", self._count_tokens, methods=["POST"]),
+                Route(f"{GATEWAY_PREFIX}/v1/messages", self._messages, methods=["POST"]),
                 Route("/{path:path}", self._unknown, methods=["GET", "POST", "HEAD", "PUT"]),
             ]
         )
@@ -239,6 +304,24 @@ class MessagesApiStandIn(ThreadServer):
         """Answer every request carrying ``credential`` with ``scenario``."""
         with self._lock:
             self._scenarios[credential] = Scenario(scenario)
+
+    def headroom(self, credential: str, headroom: Headroom | None) -> None:
+        """Send ``headroom``'s unified headers on the 200s to ``credential`` (None: stop)."""
+        with self._lock:
+            if headroom is None:
+                self._headroom.pop(credential, None)
+            else:
+                self._headroom[credential] = headroom
+
+    def reset_in(self, credential: str, seconds: int) -> None:
+        """Rate limits of ``credential`` reset ``seconds`` after their answer."""
+        with self._lock:
+            self._reset_in[credential] = seconds
+
+    @property
+    def gateway_url(self) -> str:
+        """The base URL of the same API as a gateway would serve it (under a path)."""
+        return self.base_url + GATEWAY_PREFIX
 
     def release(self) -> None:
         """Let every waiting (and future) ``SLOW`` request answer."""
@@ -272,8 +355,8 @@ class MessagesApiStandIn(ThreadServer):
 
     @property
     def message_requests(self) -> list[RecordedRequest]:
-        """The ``POST /v1/messages`` requests received so far."""
-        return [r for r in self.requests if r.path == "/v1/messages"]
+        """The ``POST /v1/messages`` requests received so far (the gateway's too)."""
+        return [r for r in self.requests if r.path.endswith("/v1/messages")]
 
     def wait_for_requests(self, count: int, timeout: float = 10.0) -> list[RecordedRequest]:
         """Block until ``count`` message requests arrived; raise ``TimeoutError`` otherwise."""
@@ -340,17 +423,18 @@ class MessagesApiStandIn(ThreadServer):
     def _answer(
         self, scenario: Scenario, credential: _Credential, model: str, stream: bool
     ) -> Response:
-        resets_at = int(time.time()) + self.reset_in_s
+        with self._lock:
+            reset_in = self._reset_in.get(credential.value or "", self.reset_in_s)
+        resets_at = int(time.time()) + reset_in
         match scenario:
             case Scenario.SUCCESS | Scenario.SLOW:
                 fp = fingerprint(credential.value or "")
                 text = f"served-by kind={credential.kind} fp={fp}"
+                headers = {"request-id": REQUEST_ID, **self._headroom_headers(credential)}
                 if not stream:
-                    return JSONResponse(_message_body(text, model))
+                    return JSONResponse(_message_body(text, model), headers=headers)
                 return StreamingResponse(
-                    _sse(text, model),
-                    media_type="text/event-stream",
-                    headers={"request-id": REQUEST_ID},
+                    _sse(text, model), media_type="text/event-stream", headers=headers
                 )
             case Scenario.RATE_LIMIT_FIVE_HOUR | Scenario.RATE_LIMIT_SEVEN_DAY:
                 window = "five_hour" if scenario is Scenario.RATE_LIMIT_FIVE_HOUR else "seven_day"
@@ -366,7 +450,7 @@ class MessagesApiStandIn(ThreadServer):
                     "rate_limit_error",
                     "This request would exceed the rate limit for your organization of 50 "
                     "requests per minute. Please try again later.",
-                    api_key_rate_limit_headers(self.reset_in_s),
+                    api_key_rate_limit_headers(reset_in),
                 )
             case Scenario.AUTH_401:
                 bearer = credential.kind != "x-api-key"
@@ -385,6 +469,11 @@ class MessagesApiStandIn(ThreadServer):
                 return _error(500, "api_error", "Internal server error")
             case Scenario.MODEL_NOT_FOUND:
                 return _error(404, "not_found_error", f"model: {model}")
+
+    def _headroom_headers(self, credential: _Credential) -> dict[str, str]:
+        with self._lock:
+            headroom = self._headroom.get(credential.value or "")
+        return headroom.headers(int(time.time())) if headroom else {}
 
     async def _count_tokens(self, request: Request) -> Response:
         credential = _credential_of(request)

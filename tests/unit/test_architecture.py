@@ -13,6 +13,11 @@
 
 A module may import its own folder and anything on a lower layer; two folders on
 the same layer (runtimes, credentials, records) never import each other.
+
+The controller library sits beside the server: it may import only the wire models
+(`models`, `turn_models`) and `names`, and nothing of the server imports it but
+`__main__`, the command line's composition root (`agent-server pool …`). Only its
+Redis store imports `redis`, the optional dependency.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ LAYERS: dict[str, int] = {
     "spawn_env": 4,
     "logs": 3,
     "spawn_user": 3,
+    "controller": 3,
     "turn_models": 2,
     "errors": 2,
     "redaction": 2,
@@ -121,3 +127,41 @@ def test_imports_point_down(path: Path) -> None:
 def test_no_module_is_over_400_lines(path: Path) -> None:
     """One idea a module: a file past 400 lines is doing two jobs."""
     assert len(path.read_text(encoding="utf-8").splitlines()) <= MAX_LINES
+
+
+CONTROLLER_MAY_IMPORT = frozenset({"controller", "models", "turn_models", "names"})
+CONTROLLER_IMPORTED_BY = frozenset({"__main__", "controller"})
+REDIS_ONLY_IN = PACKAGE / "controller" / "redis_store.py"
+
+
+def _third_party(path: Path) -> set[str]:
+    """The top-level names of every non-agent_server module `path` imports."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module.split(".")[0])
+        elif isinstance(node, ast.Import):
+            found.update(a.name.split(".")[0] for a in node.names)
+    return found - {"agent_server"}
+
+
+def test_the_controller_check_catches_a_server_import() -> None:
+    """The check itself: a controller module importing the runner would be caught."""
+    assert _unit("agent_server.execution.runner") not in CONTROLLER_MAY_IMPORT
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_the_controller_and_the_server_meet_only_at_the_wire(path: Path) -> None:
+    """The controller imports only the wire models and names; only __main__ imports it."""
+    mine = _unit(_dotted(path))
+    units = {_unit(target) for target in _imports(path)}
+    if mine == "controller":
+        assert units <= CONTROLLER_MAY_IMPORT, units - CONTROLLER_MAY_IMPORT
+    elif "controller" in units:
+        assert mine in CONTROLLER_IMPORTED_BY, f"{mine} imports the controller"
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_only_the_redis_store_imports_redis(path: Path) -> None:
+    """redis is the controller extra's: a server without it must still import everything."""
+    assert ("redis" in _third_party(path)) is (path == REDIS_ONLY_IN)

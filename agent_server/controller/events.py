@@ -1,0 +1,74 @@
+"""What the walk tells the controller as it goes: one event a phase, to a hook and the log.
+
+An event names credentials by id only: never a secret, a prompt, a response or a
+transcript, so a hook may forward it anywhere (a dashboard, a chat channel).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+from agent_server.controller.clock import format_instant
+
+logger = logging.getLogger("agent_server.controller")
+
+
+class WalkPhase(StrEnum):
+    """The phases of a walk, and of the retries and assignments around it."""
+
+    STARTED = "started"
+    CANDIDATE_SELECTED = "candidate_selected"
+    ATTEMPT_FAILED = "attempt_failed"
+    SERVED = "served"
+    COMMITTED = "committed"
+    COMMIT_LOST = "commit_lost"
+    WAITING_FOR_CAPACITY = "waiting_for_capacity"
+    RETRY_DUE = "retry_due"
+    SUPERSEDED = "superseded"
+    SWITCHED_BACK = "switched_back"
+    ASSIGNED = "assigned"
+
+
+@dataclass(frozen=True)
+class WalkEvent:
+    """One phase of one agent's walk."""
+
+    phase: WalkPhase
+    agent: str
+    at: datetime
+    credential_id: str | None = None
+    error_code: str | None = None
+    resets_at: datetime | None = None
+    note: str | None = None
+    """A few words of ours (the rung's reason, the trail): never text from the turn."""
+
+    def line(self) -> str:
+        """The event as one log line."""
+        parts = [f"walk {self.phase.value}: agent {self.agent}"]
+        if self.credential_id is not None:
+            parts.append(f"credential {self.credential_id}")
+        if self.error_code is not None:
+            parts.append(f"error {self.error_code}")
+        if self.resets_at is not None:
+            parts.append(f"resets {format_instant(self.resets_at)}")
+        if self.note:
+            parts.append(self.note)
+        return ", ".join(parts)
+
+
+EventHook = Callable[[WalkEvent], None]
+
+
+def emit(hook: EventHook | None, event: WalkEvent) -> None:
+    """Log `event` and hand it to the hook (a failing hook is logged, never raised)."""
+    logger.info("%s", event.line())
+    if hook is None:
+        return
+    try:
+        hook(event)
+    except Exception:
+        logger.exception("the walk's event hook failed on %s", event.phase.value)

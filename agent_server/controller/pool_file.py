@@ -1,0 +1,229 @@
+"""The pool file (TOML): the credentials a controller walks, and where their secrets are.
+
+    [[credential]]
+    id = "sub-a"
+    kind = "subscription"          # subscription | api_key | gateway
+    secret_env = "SUB_A_TOKEN"     # or secret_file = "/run/secrets/sub-a"
+
+    [[credential]]
+    id = "gateway"
+    kind = "gateway"
+    base_url = "https://gateway.example/anthropic"
+    model = "claude-sonnet-4-5"    # optional
+    secret_file = "/run/secrets/gateway"
+
+    [agent.ci-bot]
+    api_key = false                # this agent never falls back to the platform key
+
+A secret is never written in the file: `secret = …` is refused. Order matters: the
+first subscription is the one a new agent is assigned. At most one `api_key` and one
+`gateway`; ids are unique. Every error names the entry and the key, never a value.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import SecretStr
+
+from agent_server.controller.errors import PoolFileError
+from agent_server.controller.pool_state import CREDENTIAL_KINDS, CredentialInfo, CredentialKind
+from agent_server.models import check_url, token_problem
+from agent_server.turn_models import AuthOverride, ProviderOverride
+
+CREDENTIAL_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+AGENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+_CREDENTIAL_KEYS = frozenset({"id", "kind", "secret_env", "secret_file", "base_url", "model"})
+_AGENT_KEYS = frozenset({"api_key"})
+
+
+@dataclass(frozen=True)
+class PoolCredential:
+    """One credential of the pool, its secret read from where the file said."""
+
+    id: str
+    kind: CredentialKind
+    secret: SecretStr = field(repr=False)
+    base_url: str | None = None
+    model: str | None = None
+
+    @property
+    def info(self) -> CredentialInfo:
+        """What a store may know of it."""
+        return CredentialInfo(self.id, self.kind)
+
+    def override(self) -> AuthOverride:
+        """The `auth_override` that runs one spawn on this credential (contract §6.2)."""
+        if self.kind == "subscription":
+            return AuthOverride(oauth_token=self.secret)
+        if self.kind == "api_key":
+            return AuthOverride(api_key=self.secret)
+        provider = ProviderOverride(
+            base_url=self.base_url or "", auth_token=self.secret, model=self.model
+        )
+        return AuthOverride(provider=provider)
+
+
+@dataclass(frozen=True)
+class Pool:
+    """The credentials in file order, and each agent's opt-outs."""
+
+    credentials: tuple[PoolCredential, ...]
+    api_key_opt_outs: frozenset[str] = frozenset()
+    """Agents that never fall back to the platform API key."""
+    _by_id: dict[str, PoolCredential] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_by_id", {c.id: c for c in self.credentials})
+
+    def get(self, credential_id: str) -> PoolCredential | None:
+        """The credential with this id, if the pool has it."""
+        return self._by_id.get(credential_id)
+
+    @property
+    def subscriptions(self) -> tuple[PoolCredential, ...]:
+        """The subscriptions, in file order."""
+        return tuple(c for c in self.credentials if c.kind == "subscription")
+
+    def one(self, kind: CredentialKind) -> PoolCredential | None:
+        """The pool's api_key or gateway, if it has one."""
+        return next((c for c in self.credentials if c.kind == kind), None)
+
+    @property
+    def infos(self) -> tuple[CredentialInfo, ...]:
+        """Every credential's id and kind, in file order."""
+        return tuple(c.info for c in self.credentials)
+
+
+def load_pool(path: Path, environ: Mapping[str, str] | None = None) -> Pool:
+    """Read and check the pool file; secrets from `environ` (the process's by default)."""
+    try:
+        document = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        msg = f"pool file {path}: {exc.strerror or exc}"
+        raise PoolFileError(msg) from exc
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        msg = f"pool file {path} is not TOML: {exc}"
+        raise PoolFileError(msg) from exc
+    return parse_pool(document, os.environ if environ is None else environ, path.parent)
+
+
+def parse_pool(document: Mapping[str, Any], environ: Mapping[str, str], base: Path) -> Pool:
+    """A pool from a parsed document; relative `secret_file` paths are read under `base`."""
+    unknown = set(document) - {"credential", "agent"}
+    if unknown:
+        msg = f"pool file: unknown tables {sorted(unknown)} (credential, agent)"
+        raise PoolFileError(msg)
+    entries = document.get("credential")
+    if not isinstance(entries, list) or not entries:
+        msg = "pool file: no [[credential]] entries"
+        raise PoolFileError(msg)
+    credentials = tuple(_credential(n, e, environ, base) for n, e in enumerate(entries, 1))
+    ids = [c.id for c in credentials]
+    if len(set(ids)) != len(ids):
+        msg = f"pool file: duplicate credential ids {sorted({i for i in ids if ids.count(i) > 1})}"
+        raise PoolFileError(msg)
+    if not any(c.kind == "subscription" for c in credentials):
+        msg = "pool file: no subscription (an agent is assigned the first one)"
+        raise PoolFileError(msg)
+    for kind in ("api_key", "gateway"):
+        if sum(c.kind == kind for c in credentials) > 1:
+            msg = f"pool file: more than one {kind} (the walk has one {kind} rung)"
+            raise PoolFileError(msg)
+    return Pool(credentials, _opt_outs(document.get("agent", {})))
+
+
+def _credential(
+    number: int, entry: object, environ: Mapping[str, str], base: Path
+) -> PoolCredential:
+    where = f"pool file: credential #{number}"
+    if not isinstance(entry, dict):
+        msg = f"{where} is not a table"
+        raise PoolFileError(msg)
+    if "secret" in entry:
+        msg = f"{where}: an inline secret is refused; use secret_env or secret_file"
+        raise PoolFileError(msg)
+    unknown = set(entry) - _CREDENTIAL_KEYS
+    if unknown:
+        msg = f"{where}: unknown keys {sorted(unknown)}"
+        raise PoolFileError(msg)
+    ident, kind = entry.get("id"), entry.get("kind")
+    if not isinstance(ident, str) or not CREDENTIAL_ID.fullmatch(ident):
+        msg = f"{where}: id must match {CREDENTIAL_ID.pattern}"
+        raise PoolFileError(msg)
+    where = f"pool file: credential {ident!r}"
+    if kind not in CREDENTIAL_KINDS:
+        msg = f"{where}: kind must be one of {', '.join(CREDENTIAL_KINDS)}"
+        raise PoolFileError(msg)
+    base_url, model = entry.get("base_url"), entry.get("model")
+    if kind == "gateway":
+        _check_gateway(where, base_url, model)
+    elif base_url is not None or model is not None:
+        msg = f"{where}: base_url and model belong to a gateway"
+        raise PoolFileError(msg)
+    secret = _secret(where, entry, environ, base)
+    return PoolCredential(ident, kind, secret, base_url, model)
+
+
+def _check_gateway(where: str, base_url: object, model: object) -> None:
+    try:
+        check_url(base_url if isinstance(base_url, str) else "")
+    except ValueError as exc:
+        msg = f"{where}: base_url {exc}"
+        raise PoolFileError(msg) from exc
+    if model is not None and not isinstance(model, str):
+        msg = f"{where}: model must be a string"
+        raise PoolFileError(msg)
+
+
+def _secret(where: str, entry: dict[str, Any], environ: Mapping[str, str], base: Path) -> SecretStr:
+    """The secret from `secret_env` or `secret_file` (exactly one), checked as a token."""
+    name, file = entry.get("secret_env"), entry.get("secret_file")
+    if (name is None) == (file is None):
+        msg = f"{where}: give exactly one of secret_env or secret_file"
+        raise PoolFileError(msg)
+    if isinstance(name, str):
+        if name not in environ:
+            msg = f"{where}: secret_env {name} is not set"
+            raise PoolFileError(msg)
+        value = environ[name].strip()
+        source = f"secret_env {name}"
+    elif isinstance(file, str):
+        try:
+            value = (base / file).read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            msg = f"{where}: secret_file {file} cannot be read ({type(exc).__name__})"
+            raise PoolFileError(msg) from exc
+        source = f"secret_file {file}"
+    else:
+        msg = f"{where}: secret_env and secret_file are strings"
+        raise PoolFileError(msg)
+    problem = token_problem(value)
+    if problem is not None:
+        msg = f"{where}: the secret in {source} {problem}"
+        raise PoolFileError(msg)
+    return SecretStr(value)
+
+
+def _opt_outs(agents: object) -> frozenset[str]:
+    if not isinstance(agents, dict):
+        msg = "pool file: [agent.NAME] tables expected"
+        raise PoolFileError(msg)
+    opted_out = set()
+    for name, policy in agents.items():
+        if not AGENT_NAME.fullmatch(name) or not isinstance(policy, dict):
+            msg = f"pool file: agent {name!r} must be a table named like {AGENT_NAME.pattern}"
+            raise PoolFileError(msg)
+        unknown = set(policy) - _AGENT_KEYS
+        if unknown or not isinstance(policy.get("api_key", True), bool):
+            msg = f"pool file: agent {name!r} takes only api_key = true|false"
+            raise PoolFileError(msg)
+        if policy.get("api_key") is False:
+            opted_out.add(name)
+    return frozenset(opted_out)

@@ -1,0 +1,145 @@
+"""What a store keeps about a pool, and the snapshot of it that one walk decides on.
+
+Never a secret: a credential is known by its id and kind (the secret stays in the
+pool file's source), failures and readings by the credential's id. Every instant is
+an aware UTC datetime on the controller's clock (`clock.py`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Literal, NamedTuple, get_args
+
+from agent_server.controller.clock import parse_instant
+from agent_server.turn_models import RateLimitReading, RateLimitWindow
+
+CredentialKind = Literal["subscription", "api_key", "gateway"]
+CREDENTIAL_KINDS: tuple[CredentialKind, ...] = get_args(CredentialKind)
+FailureKind = Literal["rate_limit", "auth", "billing"]
+"""The failures a credential is blamed for: the three that ask for another credential."""
+FAILURE_KINDS: tuple[FailureKind, ...] = get_args(FailureKind)
+
+
+class CredentialInfo(NamedTuple):
+    """A credential as the store knows it: its id and kind, never its secret."""
+
+    id: str
+    kind: CredentialKind
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """Which subscription an agent runs on; `generation` grows with every change (CAS)."""
+
+    agent: str
+    credential_id: str
+    generation: int
+    assigned_at: datetime
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One refusal of a credential: what kind, when, and when it resets (if said)."""
+
+    credential_id: str
+    kind: FailureKind
+    at: datetime
+    resets_at: datetime | None = None
+    agent: str | None = None
+    """The agent whose turn saw it (for the operator; decisions do not read it)."""
+
+
+@dataclass(frozen=True)
+class WindowUse:
+    """One window of a reading: how full it was, and when it resets."""
+
+    utilization: float | None
+    resets_at: datetime | None
+    status: str | None
+
+
+@dataclass(frozen=True)
+class Reading:
+    """The provider's rate-limit reading of a credential, taken `at` (its age)."""
+
+    credential_id: str
+    at: datetime
+    status: str | None
+    resets_at: datetime | None = None
+    five_hour: WindowUse | None = None
+    seven_day: WindowUse | None = None
+
+    @classmethod
+    def of(cls, credential_id: str, at: datetime, wire: RateLimitReading) -> Reading:
+        """A turn's `metadata.rate_limit`, as the store keeps it."""
+        return cls(
+            credential_id=credential_id,
+            at=at,
+            status=wire.status,
+            resets_at=parse_instant(wire.resets_at),
+            five_hour=_window(wire.five_hour),
+            seven_day=_window(wire.seven_day),
+        )
+
+
+def _window(wire: RateLimitWindow | None) -> WindowUse | None:
+    if wire is None:
+        return None
+    return WindowUse(wire.utilization, parse_instant(wire.resets_at), wire.status)
+
+
+@dataclass(frozen=True)
+class ScheduledRetry:
+    """An agent waiting for capacity: one retry, due at the earliest known reset.
+
+    `assignment_generation` guards it: a manual assignment made since supersedes it.
+    `turn_ref` is the controller's own name for the turn (the library never keeps a
+    prompt); the CLI uses the execution id.
+    """
+
+    agent: str
+    retry_id: str
+    due_at: datetime
+    assignment_generation: int | None
+    turn_ref: str
+    scheduled_at: datetime
+
+
+@dataclass(frozen=True)
+class PoolSnapshot:
+    """Everything a walk decides on, read from the store at once."""
+
+    assignments: Mapping[str, Assignment] = field(default_factory=dict)
+    """By agent."""
+    failures: Mapping[str, Mapping[FailureKind, Failure]] = field(default_factory=dict)
+    """By credential id: the latest failure of each kind."""
+    readings: Mapping[str, Reading] = field(default_factory=dict)
+    """By credential id: the latest reading."""
+    gateway_until: Mapping[str, datetime] = field(default_factory=dict)
+    """By agent: its turns go to the gateway first until then (after the gateway served)."""
+    retries: Mapping[str, ScheduledRetry] = field(default_factory=dict)
+    """By agent: the one retry of an agent waiting for capacity."""
+
+    def agents_on(self, credential_id: str) -> list[str]:
+        """The agents assigned to a credential, sorted."""
+        return sorted(
+            a.agent for a in self.assignments.values() if a.credential_id == credential_id
+        )
+
+    def with_failure(self, failure: Failure) -> PoolSnapshot:
+        """This snapshot as the store has it once `failure` is recorded."""
+        kept = self.failures.get(failure.credential_id, {})
+        older = kept.get(failure.kind)
+        if older is not None and older.at >= failure.at:
+            return self
+        failures = {**self.failures, failure.credential_id: {**kept, failure.kind: failure}}
+        return replace(self, failures=failures)
+
+    def with_reading(self, reading: Reading) -> PoolSnapshot:
+        """This snapshot as the store has it once `reading` is recorded."""
+        older = self.readings.get(reading.credential_id)
+        if older is not None and older.at >= reading.at:
+            return self
+        return replace(self, readings={**self.readings, reading.credential_id: reading})

@@ -1,0 +1,129 @@
+"""The pool as an operator reads it: one row a credential (pure), as a table or JSON."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from agent_server.controller.clock import format_instant
+from agent_server.controller.pool_state import CredentialInfo, Failure, PoolSnapshot
+from agent_server.controller.rungs import PoolView
+from agent_server.controller.standing import (
+    USABLE_READING,
+    Standing,
+    blocking_reset,
+    failed_recently,
+    fresh,
+    refusing,
+    throttled,
+)
+
+CredentialState = Literal["available", "throttled", "failed"]
+"""throttled: its window is full now; failed: refused in the skip window (auth,
+billing, or a rate limit with no reset known), not readmitted; available: neither."""
+
+
+@dataclass(frozen=True)
+class CredentialRow:
+    """One credential of `pool status`."""
+
+    credential: str
+    kind: str
+    state: CredentialState
+    resets_at: datetime | None
+    five_hour_use: float | None
+    seven_day_use: float | None
+    last_failure: Failure | None
+    assigned_agents: list[str]
+
+    def as_json(self) -> dict[str, Any]:
+        """The row as `pool status --json` prints it."""
+        failure = self.last_failure
+        return {
+            "credential": self.credential,
+            "kind": self.kind,
+            "state": self.state,
+            "resets_at": format_instant(self.resets_at),
+            "five_hour_use": self.five_hour_use,
+            "seven_day_use": self.seven_day_use,
+            "last_failure": None
+            if failure is None
+            else {"kind": failure.kind, "at": format_instant(failure.at)},
+            "assigned_agents": self.assigned_agents,
+        }
+
+
+def pool_rows(
+    infos: Iterable[CredentialInfo], snapshot: PoolSnapshot, now: datetime
+) -> list[CredentialRow]:
+    """One row a credential, in pool-file order."""
+    view = PoolView.of(infos, snapshot, agent="")
+    return [_row(standing, snapshot, now) for standing in view.standings]
+
+
+def _row(standing: Standing, snapshot: PoolSnapshot, now: datetime) -> CredentialRow:
+    state: CredentialState = "available"
+    if throttled(standing, now):
+        state = "throttled"
+    elif failed_recently(standing, now):
+        state = "failed"
+    reading = standing.reading
+    usable = reading is not None and now - reading.at <= USABLE_READING
+    return CredentialRow(
+        credential=standing.info.id,
+        kind=standing.info.kind,
+        state=state,
+        resets_at=_resets_at(standing, now) if state == "throttled" else None,
+        five_hour_use=_use(reading.five_hour if usable and reading else None, now),
+        seven_day_use=_use(reading.seven_day if usable and reading else None, now),
+        last_failure=standing.last_failure,
+        assigned_agents=snapshot.agents_on(standing.info.id),
+    )
+
+
+def _resets_at(standing: Standing, now: datetime) -> datetime | None:
+    reading = fresh(standing.reading, now)
+    if reading is not None and refusing(reading, now):
+        return reading.resets_at
+    limit = standing.failures.get("rate_limit")
+    return blocking_reset(standing, limit) if limit is not None else None
+
+
+def _use(window: Any, now: datetime) -> float | None:
+    if window is None or window.utilization is None:
+        return None
+    return 0.0 if window.resets_at is not None and window.resets_at <= now else window.utilization
+
+
+def render_table(rows: list[CredentialRow], snapshot: PoolSnapshot) -> str:
+    """The rows as a table, then the agents waiting for capacity."""
+    header = ("CREDENTIAL", "KIND", "STATE", "RESETS AT", "5H", "7D", "LAST FAILURE", "AGENTS")
+    table = [header]
+    for row in rows:
+        failure = row.last_failure
+        table.append(
+            (
+                row.credential,
+                row.kind,
+                row.state,
+                format_instant(row.resets_at) or "-",
+                _percent(row.five_hour_use),
+                _percent(row.seven_day_use),
+                f"{failure.kind} {format_instant(failure.at)}" if failure else "-",
+                ",".join(row.assigned_agents) or "-",
+            )
+        )
+    widths = [max(len(cells[i]) for cells in table) for i in range(len(header))]
+    lines = [
+        "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
+        for cells in table
+    ]
+    for agent, retry in sorted(snapshot.retries.items()):
+        lines.append(f"{agent}: waiting for capacity, retry at {format_instant(retry.due_at)}")
+    return "\n".join(lines)
+
+
+def _percent(use: float | None) -> str:
+    return "-" if use is None else f"{use:.0%}"

@@ -1,0 +1,186 @@
+"""The shared store: Redis (redis-py, asyncio), for controllers with several workers or hosts.
+
+Each kind of record is one hash under `agent-server:pool:` (in the URL's database).
+Whatever must not race runs as a Lua script, atomically on the server: the
+assignment's compare-and-set, keeping only the newer failure or reading, and taking
+a retry. Instants are integer microseconds (`codec.py`). This module is the only one
+that imports `redis` (the `controller` extra).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import redis.asyncio as redis
+from redis.exceptions import RedisError
+
+from agent_server.controller.clock import from_micros, to_micros
+from agent_server.controller.codec import (
+    decode_assignment,
+    decode_failure,
+    decode_reading,
+    decode_retry,
+    encode_failure,
+    encode_reading,
+    encode_retry,
+)
+from agent_server.controller.errors import StoreError
+from agent_server.controller.pool_state import (
+    CREDENTIAL_KINDS,
+    Assignment,
+    CredentialInfo,
+    Failure,
+    FailureKind,
+    PoolSnapshot,
+    Reading,
+    ScheduledRetry,
+)
+
+PREFIX = "agent-server:pool:"
+CREDENTIALS, ASSIGNMENTS, FAILURES, READINGS, COOLDOWNS, RETRIES = (
+    PREFIX + name
+    for name in ("credentials", "assignments", "failures", "readings", "gateway", "retries")
+)
+_FIELD_SEPARATOR = "\t"
+
+_COMPARE_AND_SET = """
+local raw = redis.call('HGET', KEYS[1], ARGV[1])
+local current = -1
+if raw then current = tonumber(cjson.decode(raw)['generation']) end
+if current ~= tonumber(ARGV[2]) then return false end
+local generation = 1
+if current >= 0 then generation = current + 1 end
+local value = '{"credential_id": ' .. ARGV[3] .. ', "generation": ' .. generation
+    .. ', "assigned_at": ' .. ARGV[4] .. '}'
+redis.call('HSET', KEYS[1], ARGV[1], value)
+return value
+"""
+"""ARGV: agent, the expected generation (-1: none), the credential id as JSON, the
+instant. The value is written as text: cjson would round a 16-digit instant."""
+_KEEP_NEWER = """
+local raw = redis.call('HGET', KEYS[1], ARGV[1])
+if raw and tonumber(cjson.decode(raw)['at']) >= tonumber(ARGV[2]) then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+return 1
+"""
+_TAKE_RETRY = """
+local raw = redis.call('HGET', KEYS[1], ARGV[1])
+if not raw or cjson.decode(raw)['retry_id'] ~= ARGV[2] then return 0 end
+redis.call('HDEL', KEYS[1], ARGV[1])
+return 1
+"""
+
+
+class RedisStore:
+    """A `PoolStore` in Redis."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self._redis = client
+        self._compare_and_set = client.register_script(_COMPARE_AND_SET)
+        self._keep_newer = client.register_script(_KEEP_NEWER)
+        self._take_retry = client.register_script(_TAKE_RETRY)
+
+    @classmethod
+    async def open(cls, url: str) -> RedisStore:
+        """Connect to `redis://HOST:PORT/DB` and check that it answers."""
+        client = redis.Redis.from_url(url, decode_responses=True)
+        store = cls(client)
+        try:
+            await store._call(client.ping())
+        except StoreError:
+            await client.aclose()
+            raise
+        return store
+
+    async def _call(self, pending: Any) -> Any:
+        try:
+            return await pending
+        except RedisError as exc:
+            msg = f"Redis store: {type(exc).__name__}: {exc}"
+            raise StoreError(msg) from exc
+
+    async def close(self) -> None:
+        """Close the connection pool."""
+        await self._redis.aclose()
+
+    async def register_credentials(self, infos: Sequence[CredentialInfo]) -> None:
+        """Record these credentials (id and kind)."""
+        if infos:
+            mapping = {info.id: info.kind for info in infos}
+            await self._call(self._redis.hset(CREDENTIALS, mapping=mapping))  # type: ignore[arg-type]
+
+    async def credentials(self) -> list[CredentialInfo]:
+        """Every credential registered, by id."""
+        found: dict[str, str] = await self._call(self._redis.hgetall(CREDENTIALS))
+        return [CredentialInfo(i, k) for i, k in sorted(found.items()) if k in CREDENTIAL_KINDS]
+
+    async def snapshot(self) -> PoolSnapshot:
+        """Everything a walk reads, in one MULTI/EXEC."""
+        async with self._redis.pipeline(transaction=True) as pipe:
+            for key in (ASSIGNMENTS, FAILURES, READINGS, COOLDOWNS, RETRIES):
+                pipe.hgetall(key)
+            assignments, failures, readings, cooldowns, retries = await self._call(pipe.execute())
+        by_credential: dict[str, dict[FailureKind, Failure]] = {}
+        for field, body in failures.items():
+            credential_id = field.partition(_FIELD_SEPARATOR)[0]
+            failure = decode_failure(credential_id, body)
+            if failure is not None:
+                by_credential.setdefault(credential_id, {})[failure.kind] = failure
+        return PoolSnapshot(
+            assignments={a: decode_assignment(a, body) for a, body in assignments.items()},
+            failures=by_credential,
+            readings={c: decode_reading(c, body) for c, body in readings.items()},
+            gateway_until={a: from_micros(int(us)) for a, us in cooldowns.items()},
+            retries={a: decode_retry(a, body) for a, body in retries.items()},
+        )
+
+    async def assignment(self, agent: str) -> Assignment | None:
+        """The agent's assignment, if any."""
+        body = await self._call(self._redis.hget(ASSIGNMENTS, agent))
+        return decode_assignment(agent, body) if body else None
+
+    async def compare_and_set_assignment(
+        self, agent: str, credential_id: str, *, expected_generation: int | None, at: datetime
+    ) -> Assignment | None:
+        """Assign when the generation is still the expected one (atomic, on the server)."""
+        expected = -1 if expected_generation is None else expected_generation
+        args: list[str | int] = [agent, expected, json.dumps(credential_id), to_micros(at)]
+        body = await self._call(self._compare_and_set(keys=[ASSIGNMENTS], args=args))
+        return decode_assignment(agent, body) if body else None
+
+    async def record(
+        self, *, reading: Reading | None = None, failure: Failure | None = None
+    ) -> None:
+        """Keep the newer reading, and the newer failure of each kind, in one round trip."""
+        async with self._redis.pipeline(transaction=True) as pipe:
+            if reading is not None:
+                args: list[str | int] = [
+                    reading.credential_id,
+                    to_micros(reading.at),
+                    encode_reading(reading),
+                ]
+                await self._keep_newer(keys=[READINGS], args=args, client=pipe)
+            if failure is not None:
+                field = f"{failure.credential_id}{_FIELD_SEPARATOR}{failure.kind}"
+                args = [field, to_micros(failure.at), encode_failure(failure)]
+                await self._keep_newer(keys=[FAILURES], args=args, client=pipe)
+            await self._call(pipe.execute())
+
+    async def set_gateway_until(self, agent: str, until: datetime | None) -> None:
+        """Set or clear the agent's gateway cooldown."""
+        if until is None:
+            await self._call(self._redis.hdel(COOLDOWNS, agent))
+        else:
+            await self._call(self._redis.hset(COOLDOWNS, agent, str(to_micros(until))))
+
+    async def schedule_retry(self, retry: ScheduledRetry) -> None:
+        """The agent's one retry is now `retry`."""
+        await self._call(self._redis.hset(RETRIES, retry.agent, encode_retry(retry)))
+
+    async def take_retry(self, agent: str, retry_id: str) -> bool:
+        """Delete the agent's retry if it is still `retry_id`; True for the taker."""
+        taken = await self._call(self._take_retry(keys=[RETRIES], args=[agent, retry_id]))
+        return bool(taken)

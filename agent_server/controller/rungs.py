@@ -1,0 +1,164 @@
+"""The walk's ladder: which credentials a turn may still try, in order (pure).
+
+1. the agent's assigned subscription, unless it is throttled or failed recently
+   (pre-dispatch: the first attempt then goes to the next rung);
+2. the other subscriptions with no failure in the skip window, ranked by headroom
+   (`standing.headroom_key`); a fresh refusal is dropped;
+3. last resorts, from the skip list: an interactive turn takes any untried one, an
+   autonomous one only those whose last failure is `LAST_RESORT_AGE` old; the oldest
+   failure first;
+4. the platform API key: when the pool has one, the agent did not opt out, and it was
+   not refused inside its window;
+5. the gateway, when every Claude credential is exhausted. After the gateway served an
+   agent, it goes first for that agent until its cooldown ends; then the ladder
+   probes the subscriptions again.
+
+A legacy server (one that ignores overrides) gets subscriptions only. A credential in
+`tried` is never planned again, so every rung grows the tried set.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from types import MappingProxyType
+from typing import Literal, NamedTuple
+
+from agent_server.controller.pool_state import (
+    Assignment,
+    CredentialInfo,
+    CredentialKind,
+    Failure,
+    FailureKind,
+    PoolSnapshot,
+)
+from agent_server.controller.standing import (
+    LAST_RESORT_AGE,
+    Standing,
+    failed_recently,
+    fresh_refusal,
+    headroom_key,
+    refused_recently,
+    throttled,
+)
+
+RungReason = Literal["assigned", "headroom", "last_resort", "api_key", "gateway"]
+_NONE: Mapping[FailureKind, Failure] = MappingProxyType({})
+
+
+class Rung(NamedTuple):
+    """One attempt the walk may make: a credential, and why it is on the ladder."""
+
+    credential_id: str
+    kind: CredentialKind
+    reason: RungReason
+
+
+@dataclass(frozen=True)
+class PoolView:
+    """The pool as one agent's walk sees it."""
+
+    standings: tuple[Standing, ...]
+    """Every credential, in pool-file order."""
+    assignment: Assignment | None
+    api_key_allowed: bool = True
+    """The agent did not opt out of the platform key."""
+    gateway_until: datetime | None = None
+
+    @classmethod
+    def of(
+        cls,
+        infos: Iterable[CredentialInfo],
+        snapshot: PoolSnapshot,
+        agent: str,
+        *,
+        api_key_allowed: bool = True,
+    ) -> PoolView:
+        """The view of `agent` over the credentials `infos` from a store's snapshot."""
+        agents = Counter(a.credential_id for a in snapshot.assignments.values())
+        failures, readings = snapshot.failures, snapshot.readings
+        standings = tuple(
+            Standing(info, failures.get(info.id, _NONE), readings.get(info.id), agents[info.id])
+            for info in infos
+        )
+        return cls(
+            standings,
+            snapshot.assignments.get(agent),
+            api_key_allowed,
+            snapshot.gateway_until.get(agent),
+        )
+
+    def standing(self, credential_id: str) -> Standing | None:
+        """The standing of one credential of the pool."""
+        return next((s for s in self.standings if s.info.id == credential_id), None)
+
+
+@dataclass(frozen=True)
+class TurnContext:
+    """What one walk knows of its turn so far."""
+
+    now: datetime
+    interactive: bool
+    tried: frozenset[str] = frozenset()
+    legacy: bool = False
+
+
+def plan_rungs(view: PoolView, turn: TurnContext) -> list[Rung]:
+    """Every rung the turn may still try, best first."""
+    now, tried = turn.now, turn.tried
+    assigned_id = view.assignment.credential_id if view.assignment else None
+    first: list[Rung] = []
+    healthy: list[Standing] = []
+    skipped: list[Standing] = []
+    key = gateway = None
+    for standing in view.standings:  # one pass: a pool may hold a thousand credentials
+        ident, kind = standing.info
+        if ident in tried:
+            continue
+        if kind == "api_key":
+            key = key or standing
+        elif kind == "gateway":
+            gateway = gateway or standing
+        elif ident == assigned_id and _worth_first(standing, now):
+            first.append(Rung(ident, kind, "assigned"))
+        elif failed_recently(standing, now):
+            skipped.append(standing)
+        elif not fresh_refusal(standing, now):
+            healthy.append(standing)
+    healthy.sort(key=lambda s: headroom_key(s, now))
+    rungs = first + [Rung(s.info.id, s.info.kind, "headroom") for s in healthy]
+    rungs += [Rung(s.info.id, s.info.kind, "last_resort") for s in _last_resorts(skipped, turn)]
+    if turn.legacy:
+        return rungs
+    if key is not None and view.api_key_allowed and not refused_recently(key, now):
+        rungs.append(_rung(key, "api_key"))
+    if gateway is not None and not refused_recently(gateway, now):
+        on_gateway = view.gateway_until is not None and now < view.gateway_until
+        rungs.insert(0 if on_gateway else len(rungs), _rung(gateway, "gateway"))
+    return rungs
+
+
+def _worth_first(standing: Standing, now: datetime) -> bool:
+    return not throttled(standing, now) and not failed_recently(standing, now)
+
+
+def _last_resorts(skipped: Sequence[Standing], turn: TurnContext) -> list[Standing]:
+    """The skip list's candidates: the oldest failure first, then by headroom."""
+    now = turn.now
+    eligible = [
+        s
+        for s in skipped
+        if turn.interactive or (f := s.last_failure) is None or now - f.at >= LAST_RESORT_AGE
+    ]
+    return sorted(eligible, key=lambda s: (_failed_at(s, now), headroom_key(s, now)))
+
+
+def _failed_at(standing: Standing, now: datetime) -> datetime:
+    failure = standing.last_failure
+    return failure.at if failure is not None else now
+
+
+def _rung(standing: Standing, reason: RungReason) -> Rung:
+    return Rung(standing.info.id, standing.info.kind, reason)

@@ -1,0 +1,47 @@
+"""`text/event-stream`, read a line at a time into the contract's `LiveEvent`s (§6.7).
+
+The format is small enough to read here rather than add a client dependency: a
+`field: value` line sets a field, a line starting `:` is a comment (the server's
+keep-alive), and a blank line ends an event. Several `data` lines join with `\\n`;
+an event with no data is no event; unknown fields are ignored, as the standard says.
+"""
+
+from __future__ import annotations
+
+from agent_server.turn_models import LiveEvent
+
+
+class EventStreamReader:
+    """Turns the lines of one event stream into events, one call a line."""
+
+    def __init__(self) -> None:
+        self._event: str | None = None
+        self._id: str | None = None
+        self._retry: int | None = None
+        self._data: list[str] = []
+
+    def feed(self, line: str) -> LiveEvent | None:
+        """Read one line (without its line break); the event it completes, if any."""
+        if not line:
+            return self._dispatch()
+        if line.startswith(":"):
+            return None
+        name, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if name == "data":
+            self._data.append(value)
+        elif name == "event":
+            self._event = value or None
+        elif name == "id" and "\0" not in value:
+            self._id = value
+        elif name == "retry" and value.isdigit():
+            self._retry = int(value)
+        return None
+
+    def _dispatch(self) -> LiveEvent | None:
+        data, self._data = self._data, []
+        event, self._event = self._event, None
+        retry, self._retry = self._retry, None
+        if not data:
+            return None
+        return LiveEvent(event=event, id=self._id, data="\n".join(data), retry=retry)

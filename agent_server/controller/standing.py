@@ -1,0 +1,182 @@
+"""How one credential stands now: pure predicates over its failures and its last reading.
+
+Two questions are kept apart, as they answer different people:
+
+- `throttled`: is its window full right now? (the operator's display)
+- `failed_recently`: did it fail in the skip window, with no evidence since that it
+  serves again? (the walk's skip list)
+
+Readmission needs evidence: a fresh reading, taken after the failure, that says the
+provider serves it; or the window that refused it (known at the failure, from the
+failure's reset or a reading taken by then) having reset since. No evidence readmits
+nothing: a credential that merely has not been tried again stays skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from types import MappingProxyType
+from typing import NamedTuple
+
+from agent_server.controller.pool_state import CredentialInfo, Failure, FailureKind, Reading
+
+SKIP_WINDOW = timedelta(hours=2)
+"""A failure of any kind keeps a subscription off the ranked rungs this long."""
+LAST_RESORT_AGE = timedelta(minutes=30)
+"""An autonomous turn takes a skipped subscription only once its last failure is this old."""
+REFUSAL_WINDOWS: dict[FailureKind, timedelta] = {
+    "auth": timedelta(hours=2),
+    "billing": timedelta(hours=2),
+    "rate_limit": timedelta(minutes=5),
+}
+"""The platform key (and the gateway) is not offered again this long after a refusal."""
+FRESH_READING = timedelta(minutes=15)
+"""A reading this young speaks for the credential now (to refuse it, or readmit it)."""
+USABLE_READING = timedelta(hours=5)
+"""Ranking reads a reading up to this old; an older one says nothing of the 5 h window."""
+SERVING = frozenset({"allowed", "allowed_warning"})
+
+
+class Standing(NamedTuple):
+    """One credential and what the store knows of it (a tuple: a pool makes a thousand)."""
+
+    info: CredentialInfo
+    failures: Mapping[FailureKind, Failure] = MappingProxyType({})
+    reading: Reading | None = None
+    agents: int = 0
+    """How many agents are assigned to it."""
+
+    @property
+    def last_failure(self) -> Failure | None:
+        """Its latest failure of any kind."""
+        if not self.failures:  # most credentials of a pool, on every rung: the quick way
+            return None
+        return max(self.failures.values(), key=lambda f: f.at)
+
+
+def fresh(reading: Reading | None, now: datetime) -> Reading | None:
+    """`reading` when it is young enough to speak for now (never one from the future)."""
+    if reading is None or not timedelta(0) <= now - reading.at <= FRESH_READING:
+        return None
+    return reading
+
+
+def refusing(reading: Reading, now: datetime) -> bool:
+    """The reading says the provider refuses: rejected, and the reset it names is ahead."""
+    if reading.status == "rejected":
+        return reading.resets_at is None or reading.resets_at > now
+    return any(
+        w is not None and w.status == "rejected" and (w.resets_at is None or w.resets_at > now)
+        for w in (reading.five_hour, reading.seven_day)
+    )
+
+
+def serving(reading: Reading, now: datetime) -> bool:
+    """The reading says the provider serves the credential."""
+    return reading.status in SERVING and not refusing(reading, now)
+
+
+def blocking_reset(standing: Standing, failure: Failure) -> datetime | None:
+    """When the window that refused `failure` resets: the failure's own reset, else the
+    latest reset of a rejected window in a reading taken by the failure's instant."""
+    if failure.kind != "rate_limit":
+        return None
+    if failure.resets_at is not None:
+        return failure.resets_at
+    reading = standing.reading
+    if reading is None or reading.at > failure.at:
+        return None
+    resets = [
+        w.resets_at
+        for w in (reading.five_hour, reading.seven_day)
+        if w is not None and w.status == "rejected" and w.resets_at is not None
+    ]
+    if reading.status == "rejected" and reading.resets_at is not None:
+        resets.append(reading.resets_at)
+    return max(resets, default=None)
+
+
+def readmitted(standing: Standing, now: datetime) -> bool:
+    """Evidence since its last failure says it serves again (True when it never failed)."""
+    failure = standing.last_failure
+    if failure is None:
+        return True
+    reading = fresh(standing.reading, now)
+    if reading is not None and reading.at > failure.at and serving(reading, now):
+        return True
+    reset = blocking_reset(standing, failure)
+    return reset is not None and failure.at < reset <= now
+
+
+def failed_recently(standing: Standing, now: datetime) -> bool:
+    """The skip question: a failure of any kind in the skip window, not readmitted since."""
+    failure = standing.last_failure
+    if failure is None or now - failure.at >= SKIP_WINDOW:
+        return False
+    return not readmitted(standing, now)
+
+
+def throttled(standing: Standing, now: datetime) -> bool:
+    """The display question, and pre-dispatch's: its window is full right now (a fresh
+    refusing reading, else a rate limit inside its window; never auth or billing)."""
+    reading = fresh(standing.reading, now)
+    limit = standing.failures.get("rate_limit")
+    if reading is not None and (limit is None or reading.at > limit.at):
+        return refusing(reading, now)
+    if limit is None:
+        return False
+    reset = blocking_reset(standing, limit)
+    if reset is not None:
+        return limit.at < reset and now < reset
+    return now - limit.at < SKIP_WINDOW and not readmitted(standing, now)
+
+
+def fresh_refusal(standing: Standing, now: datetime) -> bool:
+    """A fresh reading refuses it: dropped from ranking."""
+    if standing.reading is None:
+        return False
+    reading = fresh(standing.reading, now)
+    return reading is not None and refusing(reading, now)
+
+
+def fullness(reading: Reading | None, now: datetime) -> float | None:
+    """The fuller of its two windows (a window past its reset counts empty); None when
+    no usable reading measures either."""
+    if reading is None or not timedelta(0) <= now - reading.at <= USABLE_READING:
+        return None
+    uses = [
+        0.0 if w.resets_at is not None and w.resets_at <= now else w.utilization
+        for w in (reading.five_hour, reading.seven_day)
+        if w is not None and w.utilization is not None
+    ]
+    return max(uses, default=None)
+
+
+def headroom_key(standing: Standing, now: datetime) -> tuple[bool, int, int, str]:
+    """Ranking: measured before unmeasured, then the fuller window in 10-point bands,
+    then fewest agents, then the id."""
+    full = None if standing.reading is None else fullness(standing.reading, now)
+    band = 0 if full is None else min(int(full * 10 + 1e-9), 10)
+    return (full is None, band, standing.agents, standing.info.id)
+
+
+def refused_recently(standing: Standing, now: datetime) -> bool:
+    """The platform key's (and the gateway's) question: refused inside its window."""
+    return any(
+        now - failure.at < REFUSAL_WINDOWS[kind] for kind, failure in standing.failures.items()
+    )
+
+
+def earliest_reset(standings: list[Standing], now: datetime) -> datetime | None:
+    """The first instant ahead at which one of these credentials is known to serve again."""
+    ahead = []
+    for standing in standings:
+        limit = standing.failures.get("rate_limit")
+        reset = blocking_reset(standing, limit) if limit is not None else None
+        reading = fresh(standing.reading, now)
+        if reading is not None and refusing(reading, now) and reading.resets_at is not None:
+            reset = max(reset, reading.resets_at) if reset is not None else reading.resets_at
+        if reset is not None and reset > now:
+            ahead.append(reset)
+    return min(ahead, default=None)

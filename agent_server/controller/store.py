@@ -1,0 +1,101 @@
+"""The pool's shared state: the store protocol, and `open_store` for a store URL.
+
+A store keeps, and a walk reads in one snapshot:
+
+- credentials by id (their kind; never a secret);
+- each agent's assignment with a generation, changed only by compare-and-set, so of
+  two workers committing at once exactly one wins and the other changes nothing;
+- failures: the latest of each kind (`rate_limit`, `auth`, `billing`) a credential,
+  with its instant and reset (an older one never replaces a newer one);
+- readings: the latest of each credential, with the instant it was taken;
+- each agent's gateway cooldown, and its one scheduled retry (one an agent: a new one
+  replaces it; taking it is atomic, so two controllers never both run it).
+
+Two implementations pass one test suite: SQLite (`sqlite:///PATH`, the embedded
+default) and Redis (`redis://HOST:PORT/DB`, for several workers or hosts).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Protocol
+
+from agent_server.controller.errors import StoreError
+from agent_server.controller.pool_state import (
+    Assignment,
+    CredentialInfo,
+    Failure,
+    PoolSnapshot,
+    Reading,
+    ScheduledRetry,
+)
+
+SQLITE_PREFIX = "sqlite:///"
+REDIS_PREFIXES = ("redis://", "rediss://", "unix://")
+
+
+class PoolStore(Protocol):
+    """Where a controller keeps its pool's state (module docstring)."""
+
+    async def register_credentials(self, infos: Sequence[CredentialInfo]) -> None:
+        """Record these credentials (id and kind); others already known stay."""
+
+    async def credentials(self) -> list[CredentialInfo]:
+        """Every credential registered, by id."""
+
+    async def snapshot(self) -> PoolSnapshot:
+        """Assignments, failures, readings, cooldowns and retries, read at once."""
+
+    async def assignment(self, agent: str) -> Assignment | None:
+        """The agent's assignment, if it has one."""
+
+    async def compare_and_set_assignment(
+        self, agent: str, credential_id: str, *, expected_generation: int | None, at: datetime
+    ) -> Assignment | None:
+        """Assign `credential_id` if the agent's generation is still `expected_generation`
+        (None: it has no assignment); the new assignment, or None when another won."""
+
+    async def record(
+        self, *, reading: Reading | None = None, failure: Failure | None = None
+    ) -> None:
+        """Keep what one answer said of a credential, in one write: `reading` as its
+        latest and `failure` as its latest of that kind, each unless a newer one is."""
+
+    async def set_gateway_until(self, agent: str, until: datetime | None) -> None:
+        """Send the agent's turns to the gateway first until `until` (None: no longer)."""
+
+    async def schedule_retry(self, retry: ScheduledRetry) -> None:
+        """Make `retry` the agent's one scheduled retry (replacing any other)."""
+
+    async def take_retry(self, agent: str, retry_id: str) -> bool:
+        """Remove the agent's retry if it is still `retry_id`; True for the one taker."""
+
+    async def close(self) -> None:
+        """Release the connection."""
+
+
+def default_store_url(environ: Mapping[str, str] | None = None) -> str:
+    """`sqlite:///` a file under the state dir: `$AGENT_SERVER_STATE_DIR`, else
+    `${XDG_STATE_HOME:-~/.local/state}/agent-server`."""
+    env = os.environ if environ is None else environ
+    state = env.get("AGENT_SERVER_STATE_DIR") or str(
+        Path(env.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "agent-server"
+    )
+    return SQLITE_PREFIX + str(Path(state) / "controller.sqlite3")
+
+
+async def open_store(url: str) -> PoolStore:
+    """The store a URL names: `sqlite:///PATH` or `redis://HOST:PORT/DB`."""
+    if url.startswith(SQLITE_PREFIX):
+        from agent_server.controller.sqlite_store import SqliteStore
+
+        return await SqliteStore.open(Path(url.removeprefix(SQLITE_PREFIX)))
+    if url.startswith(REDIS_PREFIXES):
+        from agent_server.controller.redis_store import RedisStore
+
+        return await RedisStore.open(url)
+    msg = "store URL must be sqlite:///PATH or redis://HOST:PORT/DB"
+    raise StoreError(msg)

@@ -1,0 +1,106 @@
+"""What one walk was asked to do, and what it did: the turn, each attempt, the result."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from agent_server.controller.clock import format_instant
+from agent_server.controller.errors import AgentError
+from agent_server.controller.pool_state import CredentialKind, ScheduledRetry
+from agent_server.turn_models import TurnResponse
+
+WalkOutcome = Literal["served", "waiting_for_capacity", "failed", "out_of_time"]
+"""served: a credential served the turn; waiting_for_capacity: every credential is
+exhausted and one retry is scheduled; failed: an answer no other credential would
+change (a model rejection, a timeout, an upstream fault, a refusal of the server's);
+out_of_time: the turn's remaining time no longer covers another attempt."""
+
+
+@dataclass(frozen=True)
+class WalkTurn:
+    """One turn for the walk: the agent, the prompt, and how much time it has in all."""
+
+    agent: str
+    message: str
+    interactive: bool = False
+    """A person waits for it: a last resort may be any skipped subscription."""
+    execution_id: str | None = None
+    """Re-issued unchanged on every rung; generated when None."""
+    timeout_s: float = 900.0
+    """The whole walk's time; each attempt gets what is left (less a settle margin)."""
+    model: str | None = None
+    system_prompt: str | None = None
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One rung tried: the credential it was sent with, and how it ended."""
+
+    credential_id: str
+    kind: CredentialKind
+    status: int
+    error_code: str | None
+    """None: it served."""
+    resets_at: datetime | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        """`{credential, error_code, resets_at}`, as `pool walk --json` prints it."""
+        return {
+            "credential": self.credential_id,
+            "kind": self.kind,
+            "status": self.status,
+            "error_code": self.error_code,
+            "resets_at": format_instant(self.resets_at),
+        }
+
+    def label(self) -> str:
+        """`A (rate limit)`, `platform API key (billing)`: one step of the trail's text."""
+        name = {"api_key": "platform API key", "gateway": f"gateway {self.credential_id}"}.get(
+            self.kind, self.credential_id
+        )
+        said = "served" if self.error_code is None else self.error_code.replace("_", " ")
+        return f"{name} ({said})"
+
+
+@dataclass(frozen=True)
+class WalkResult:
+    """How the turn ended, and every attempt on the way, in order."""
+
+    agent: str
+    execution_id: str
+    outcome: WalkOutcome
+    status: int | None
+    """The last answer's HTTP status (None when nothing was sent)."""
+    served_by: str | None
+    committed: bool
+    """The serving subscription became the agent's assignment (store and server)."""
+    trail: tuple[Attempt, ...]
+    earliest_reset: datetime | None = None
+    retry: ScheduledRetry | None = None
+    legacy: bool = False
+    """The server ignored the override (no `X-Trinity-Auth-Override`): walked once."""
+    answer: TurnResponse | None = None
+    error: AgentError | None = None
+
+    def trail_text(self) -> str:
+        """`A (rate limit) -> B (auth) -> platform API key (billing)`."""
+        return " -> ".join(attempt.label() for attempt in self.trail)
+
+    def as_json(self) -> dict[str, Any]:
+        """What `pool walk --json` prints."""
+        return {
+            "agent": self.agent,
+            "execution_id": self.execution_id,
+            "outcome": self.outcome,
+            "status": self.status,
+            "served_by": self.served_by,
+            "committed": self.committed,
+            "legacy": self.legacy,
+            "trail": [attempt.as_json() for attempt in self.trail],
+            "earliest_reset": format_instant(self.earliest_reset),
+            "retry_at": format_instant(self.retry.due_at) if self.retry else None,
+            "response": self.answer.response if self.answer else None,
+            "error": self.error.message if self.error else None,
+        }

@@ -1,0 +1,133 @@
+"""`agent-server pool walk|status`: what an operator types, and what it refuses."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from agent_server.__main__ import main
+from agent_server.controller.clock import utc_now
+from agent_server.controller.pool_state import Failure, Reading, WindowUse
+from agent_server.controller.store import open_store
+
+POOL = (
+    '[[credential]]\nid = "a"\nkind = "subscription"\nsecret_env = "CLI_A"\n'
+    '[[credential]]\nid = "b"\nkind = "subscription"\nsecret_file = "b.token"\n'
+    '[[credential]]\nid = "key"\nkind = "api_key"\nsecret_env = "CLI_KEY"\n'
+)
+
+
+@pytest.fixture
+def pool_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("CLI_A", "tsec-cli-a-0123456789")
+    monkeypatch.setenv("CLI_KEY", "tsec-cli-key-0123456789")
+    (tmp_path / "b.token").write_text("tsec-cli-b-0123456789\n")
+    path = tmp_path / "pool.toml"
+    path.write_text(POOL)
+    return path
+
+
+async def _seed(url: str) -> None:
+    store = await open_store(url)
+    now = utc_now()
+    await store.compare_and_set_assignment("agent-1", "b", expected_generation=None, at=now)
+    await store.record(failure=Failure("a", "rate_limit", now, now + timedelta(hours=1)))
+    await store.record(
+        reading=Reading(
+            "b", now, "allowed", None, WindowUse(0.42, now + timedelta(hours=2), "allowed")
+        )
+    )
+    await store.close()
+
+
+def test_pool_status_prints_one_row_a_credential(
+    pool_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The JSON list has the operator's fields; the table says the same."""
+    url = f"sqlite:///{tmp_path}/pool.sqlite3"
+    asyncio.run(_seed(url))
+    assert main(["pool", "status", "--pool", str(pool_file), "--store", url, "--json"]) == 0
+    rows = {row["credential"]: row for row in json.loads(capsys.readouterr().out)}
+    assert list(rows) == ["a", "b", "key"]
+    assert set(rows["a"]) == {
+        "credential",
+        "kind",
+        "state",
+        "resets_at",
+        "five_hour_use",
+        "seven_day_use",
+        "last_failure",
+        "assigned_agents",
+    }
+    assert (rows["a"]["state"], rows["a"]["last_failure"]["kind"]) == ("throttled", "rate_limit")
+    assert rows["a"]["resets_at"].endswith("Z")
+    assert (rows["b"]["state"], rows["b"]["five_hour_use"]) == ("available", 0.42)
+    assert rows["b"]["assigned_agents"] == ["agent-1"]
+    assert main(["pool", "status", "--pool", str(pool_file), "--store", url]) == 0
+    table = capsys.readouterr().out
+    assert table.splitlines()[0].split() == [
+        "CREDENTIAL", "KIND", "STATE", "RESETS", "AT", "5H", "7D", "LAST", "FAILURE", "AGENTS",
+    ]  # fmt: skip
+    assert "42%" in table
+    assert "tsec" not in table
+
+
+@pytest.mark.parametrize(
+    ("edit", "says"),
+    [
+        pytest.param(
+            lambda text: text.replace('secret_env = "CLI_A"', 'secret = "tsec-inline-0123456789"'),
+            "inline secret is refused",
+            id="an inline secret",
+        ),
+        pytest.param(lambda text: text + "[oops", "not TOML", id="a broken file"),
+    ],
+)
+def test_a_pool_file_it_cannot_use_exits_2(
+    pool_file: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    edit: object,
+    says: str,
+) -> None:
+    """Exit 2 with one line on stderr, and no secret in it."""
+    pool_file.write_text(edit(POOL))  # type: ignore[operator]
+    url = f"sqlite:///{tmp_path}/pool.sqlite3"
+    assert main(["pool", "status", "--pool", str(pool_file), "--store", url]) == 2
+    err = capsys.readouterr().err
+    assert says in err
+    assert "tsec" not in err
+
+
+def test_walk_refuses_an_unreadable_token_file_and_an_unknown_store(
+    pool_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Both are exit 2 before any request is sent."""
+    common = ["pool", "walk", "--pool", str(pool_file), "--agent-url", "http://127.0.0.1:1"]
+    common += ["--agent-name", "agent-1", "--message", "hi"]
+    missing = ["--agent-token-file", str(tmp_path / "absent"), "--store", "sqlite:///x.db"]
+    assert main([*common, *missing]) == 2
+    (tmp_path / "token").write_text("controller-token-0123456789")
+    unknown = ["--agent-token-file", str(tmp_path / "token"), "--store", "mysql://db"]
+    assert main([*common, *unknown]) == 2
+    err = capsys.readouterr().err
+    assert "cannot be read" in err
+    assert "store URL" in err
+
+
+def test_walk_exits_1_when_the_server_cannot_be_reached(
+    pool_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No server on the URL: exit 1 and a TransportError named, no traceback."""
+    (tmp_path / "token").write_text("controller-token-0123456789")
+    argv = ["pool", "walk", "--pool", str(pool_file), "--agent-url", "http://127.0.0.1:1"]
+    argv += ["--agent-token-file", str(tmp_path / "token"), "--agent-name", "agent-1"]
+    argv += ["--message", "hi", "--store", f"sqlite:///{tmp_path}/pool.sqlite3"]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "TransportError" in err
+    assert "Traceback" not in err

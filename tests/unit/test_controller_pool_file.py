@@ -1,0 +1,99 @@
+"""The pool file: credentials and where their secrets are; never a secret inline."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agent_server.controller.errors import PoolFileError
+from agent_server.controller.pool_file import load_pool
+
+SUB = '[[credential]]\nid = "sub-a"\nkind = "subscription"\nsecret_env = "SUB_A"\n'
+ENV = {"SUB_A": "tsec-sub-a-0123456789", "GW": "tsec-gateway-0123456789"}
+
+
+def _load(tmp_path: Path, text: str) -> object:
+    path = tmp_path / "pool.toml"
+    path.write_text(text)
+    return load_pool(path, ENV)
+
+
+def test_a_whole_pool_file(tmp_path: Path) -> None:
+    """Subscriptions, the key from a file, the gateway, an agent's opt-out."""
+    (tmp_path / "key").write_text("tsec-key-0123456789\n")
+    text = (
+        SUB
+        + '[[credential]]\nid = "key"\nkind = "api_key"\nsecret_file = "key"\n'
+        + '[[credential]]\nid = "gw"\nkind = "gateway"\nsecret_env = "GW"\n'
+        + 'base_url = "https://gw.example/anthropic"\nmodel = "claude-sonnet-4-5"\n'
+        + "[agent.ci-bot]\napi_key = false\n"
+    )
+    path = tmp_path / "pool.toml"
+    path.write_text(text)
+    pool = load_pool(path, ENV)
+    assert [c.id for c in pool.credentials] == ["sub-a", "key", "gw"]
+    key = pool.get("key")
+    assert key is not None
+    assert key.secret.get_secret_value() == "tsec-key-0123456789"
+    assert "tsec" not in repr(pool)
+    gateway = pool.get("gw")
+    assert gateway is not None
+    provider = gateway.override().provider
+    assert provider is not None
+    assert (provider.base_url, provider.model) == (
+        "https://gw.example/anthropic",
+        "claude-sonnet-4-5",
+    )
+    assert pool.api_key_opt_outs == frozenset({"ci-bot"})
+    assert pool.subscriptions[0].override().oauth_token == pool.subscriptions[0].secret
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        pytest.param(
+            SUB.replace('secret_env = "SUB_A"', 'secret = "tsec-inline-0123456789"'),
+            "inline secret is refused",
+            id="an inline secret is refused",
+        ),
+        pytest.param(
+            SUB.replace('"SUB_A"', '"MISSING"'), "MISSING is not set", id="an unset variable"
+        ),
+        pytest.param(
+            SUB + 'secret_file = "x"\n', "exactly one of", id="both secret_env and secret_file"
+        ),
+        pytest.param(SUB.replace("subscription", "team"), "kind must be", id="an unknown kind"),
+        pytest.param(SUB + SUB, "duplicate credential ids", id="a duplicate id"),
+        pytest.param(SUB.replace('"sub-a"', '"sub a"'), "id must match", id="an id with a space"),
+        pytest.param(
+            SUB.replace('"subscription"', '"api_key"'), "no subscription", id="no subscription"
+        ),
+        pytest.param(
+            SUB + '[[credential]]\nid = "gw"\nkind = "gateway"\nsecret_env = "GW"\n',
+            "base_url",
+            id="a gateway without its base URL",
+        ),
+        pytest.param(SUB + 'base_url = "https://x"\n', "belong to a gateway", id="a URL on a sub"),
+        pytest.param(SUB + "colour = 1\n", "unknown keys", id="an unknown key"),
+        pytest.param(
+            SUB + "[agent.x]\napi_key = 'no'\n", "api_key = true|false", id="a bad opt-out"
+        ),
+        pytest.param("credential = [", "not TOML", id="not TOML"),
+        pytest.param("", "no [[credential]]", id="an empty file"),
+    ],
+)
+def test_a_pool_file_that_cannot_be_used(tmp_path: Path, text: str, says: str) -> None:
+    """Each mistake is a PoolFileError naming the entry and the key, never a secret."""
+    with pytest.raises(PoolFileError, match=says.replace("[", r"\[").replace("|", r"\|")) as raised:
+        _load(tmp_path, text)
+    assert "tsec" not in str(raised.value)
+
+
+def test_a_secret_with_whitespace_inside_is_refused(tmp_path: Path) -> None:
+    """The secret must be a token (the server's one rule), and the error hides it."""
+    path = tmp_path / "pool.toml"
+    path.write_text(SUB)
+    with pytest.raises(PoolFileError, match="whitespace") as raised:
+        load_pool(path, {"SUB_A": "tsec two words"})
+    assert "tsec" not in str(raised.value)
