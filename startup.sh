@@ -1,7 +1,18 @@
 #!/usr/bin/env bash
-# Container entry point (contract §3, §9): export the rotated token, then become the server.
-# The server is exec'd so it is PID 1's successor and receives SIGTERM directly.
+# Container entry point (contract §3, §9, §10): become the server's own user, export the
+# rotated token, then become the server. Each step is an exec, so the server keeps this
+# process's PID and receives SIGTERM directly.
 set -euo pipefail
+
+# Started as root (the image's default): drop to the server's user, keeping only what
+# the server needs to run each turn as the agent's user and to clean up after it, and
+# run this script again as that user. Without such a user, as it is.
+server_user="${AGENT_SERVER_USER:-agent-server}"
+if [ "$(id -u)" = 0 ] && id -u "$server_user" > /dev/null 2>&1; then
+    caps="-all,+kill,+setgid,+setuid,+setpcap"
+    exec setpriv --reuid="$server_user" --regid="$server_user" --clear-groups \
+        --inh-caps="$caps" --ambient-caps="$caps" --bounding-set="$caps" -- "$0" "$@"
+fi
 
 state_dir="${AGENT_SERVER_STATE_DIR:-${XDG_STATE_HOME:-$HOME/.local/state}/agent-server}"
 override_file="$state_dir/oauth-token"
