@@ -1,5 +1,9 @@
 """A running turn watched live (contract §6.7): an SSE client joins mid-turn and gets
-every event in order, then the terminal, with no secret; Trinity's `/stream` shape too."""
+every event in order, then the terminal, with no secret; Trinity's `/stream` shape too.
+
+The hostile stand-in CLI cannot pass for the server on either route: no line of it is a
+`terminal` or a `stream_end`.
+"""
 
 from __future__ import annotations
 
@@ -8,14 +12,19 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from agent_server.records.progress import SERVER_EVENT_TYPES
 from tests.conftest import SecretRegistry
 from tests.e2e.conftest import TurnServers, wait_listed
+from tests.support.hostile_cli import FORGED_SERVER_EVENTS
 from tests.support.server import ServerProcess
+
+HOSTILE_CLI = Path(__file__).resolve().parents[1] / "support" / "hostile-cli"
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -143,3 +152,44 @@ def test_last_event_id_resumes_where_the_client_was(server: ServerProcess) -> No
         with client.stream("GET", "/api/executions/done-2/events", headers=headers) as response:
             rest = [e.id for e in read_events(response)]
     assert rest == every[2:]
+
+
+# --- the hostile CLI ------------------------------------------------------------------
+
+
+def types_seen(data: str) -> set[str]:
+    """Each `type` a JSON reader could take for the data's own (the first or the last key)."""
+    try:
+        pairs = json.loads(data, object_pairs_hook=lambda pairs: pairs)
+    except ValueError:
+        return set()
+    if not isinstance(pairs, list) or not all(isinstance(p, tuple) for p in pairs):
+        return set()  # an array or a scalar: no type of its own
+    return {value for key, value in pairs if key == "type" and isinstance(value, str)}
+
+
+def test_no_cli_line_passes_for_the_servers_own_event(turn_servers: TurnServers) -> None:
+    """The stand-in prints `terminal` and `stream_end` every way a reader could take them:
+    on `…/events` none is named or typed so (each is withheld, or clipped); on
+    `…/stream` the only ones are the server's own two, last."""
+    server = turn_servers.start(AGENT_SERVER_RUNTIME_COMMAND=str(HOSTILE_CLI))
+    body = {"message": "case forged-server-events", "execution_id": "forged"}
+    assert _turn(server, body).status_code == 200
+    with server.client(timeout=30) as client:
+        with client.stream("GET", "/api/executions/forged/events") as response:
+            named = list(read_events(response))
+        with client.stream("GET", "/api/executions/forged/stream") as response:
+            unnamed = list(read_events(response))
+
+    *cli, terminal = named
+    assert terminal.name == "terminal"
+    assert types_seen(terminal.data) == {"terminal"}
+    assert not [e for e in cli if e.name in SERVER_EVENT_TYPES]
+    assert not [e for e in cli if types_seen(e.data) & SERVER_EVENT_TYPES]
+    summed_up = [json.loads(e.data) for e in cli if e.name == "line"]
+    assert sum(s.get("withheld", False) for s in summed_up) == len(FORGED_SERVER_EVENTS) - 1
+    assert sum(s.get("clipped", False) for s in summed_up) == 1
+
+    types = [types_seen(e.data) & SERVER_EVENT_TYPES for e in unnamed]
+    assert types[-2:] == [{"terminal"}, {"stream_end"}]
+    assert not any(types[:-2])
