@@ -25,6 +25,10 @@ The response's writes are held and written together when the response completes
 (or, for a response still streaming, at the end of the loop's step); past 64 KiB
 they are written as they are, since joining them would copy the answer.
 
+One more deadline runs beside the phases: a client that stops reading its answer
+(the transport holds more than its high-water mark of it, so it paused our writes)
+for `SEND_TIMEOUT_S` is reset. That also ends a live-event stream nobody reads.
+
 When a deadline passes the connection is closed; a client that was sending its body
 makes the app see a disconnect. Over `ClientLimits.max_connections` open
 connections, a new one is closed at once. Either way the client gets no HTTP answer:
@@ -34,8 +38,11 @@ never a 503 or a 429, which the controller would act on.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import logging
+import socket
+import struct
 from dataclasses import dataclass
 from typing import Any, ClassVar, cast
 
@@ -47,6 +54,8 @@ HEADER_TIMEOUT_S = 10.0
 """From a connection's start (or its last response's end) until a request's headers are in."""
 BODY_TIMEOUT_S = 30.0
 """From a request's headers until its whole body is in (16 MiB at most: >= 560 KB/s)."""
+SEND_TIMEOUT_S = 30.0
+"""How long a client may leave its answer unread (our writes paused) before it is reset."""
 MIN_CONNECTIONS = 256
 """The connection cap never goes below this."""
 CONNECTIONS_PER_TURN = 4
@@ -63,11 +72,13 @@ def connection_cap(max_parallel: int) -> int:
 
 @dataclass(frozen=True)
 class ClientLimits:
-    """The deadlines of a request's headers and body, and the connection cap."""
+    """The deadlines of a request's headers and body and of an unread answer, and the
+    connection cap."""
 
     header_timeout_s: float = HEADER_TIMEOUT_S
     body_timeout_s: float = BODY_TIMEOUT_S
     max_connections: int = MIN_CONNECTIONS
+    send_timeout_s: float = SEND_TIMEOUT_S
 
     @classmethod
     def for_max_parallel(cls, max_parallel: int) -> ClientLimits:
@@ -91,8 +102,8 @@ class _CapState:
 
 
 class GuardedProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with the header and body deadlines, the head's size
-    bound and the connection cap.
+    """uvicorn's httptools protocol with the header, body and send deadlines, the head's
+    size bound and the connection cap.
 
     Use `guarded_protocol(limits)`: it binds the limits to a subclass of this.
     """
@@ -102,6 +113,7 @@ class GuardedProtocol(HttpToolsProtocol):
 
     _phase: Phase | None = None
     _timer: asyncio.TimerHandle | None = None
+    _unread: asyncio.TimerHandle | None = None
     _refused: bool = False
     _head_open: bool = False
     _head_bytes: int = 0
@@ -164,11 +176,44 @@ class GuardedProtocol(HttpToolsProtocol):
         super().on_response_complete()
         self._follow()
 
+    def pause_writing(self) -> None:
+        """uvicorn's (the answer waits); the client has `send_timeout_s` to read some of it."""
+        super().pause_writing()
+        if self._unread is None:
+            self._unread = self.loop.call_later(self.limits.send_timeout_s, self._unread_expired)
+
+    def resume_writing(self) -> None:
+        """uvicorn's (the client read); no send deadline until the next pause."""
+        super().resume_writing()
+        self._stop_unread()
+
     def connection_lost(self, exc: Exception | None) -> None:
-        """Stop the timer; uvicorn's own bookkeeping, unless the connection was refused."""
+        """Stop the timers; uvicorn's own bookkeeping, unless the connection was refused."""
         self._stop()
+        self._stop_unread()
         if not self._refused:
             super().connection_lost(exc)
+
+    def _unread_expired(self) -> None:
+        self._unread = None
+        logger.info(
+            "closed a connection from %s: it read none of its answer for %g s",
+            _address(self.client),
+            self.limits.send_timeout_s,
+        )
+        # A reset, not a close: a close would leave the kernel still trying to deliver
+        # what is left of our answer to a client that does not read it.
+        with contextlib.suppress(OSError, AttributeError):
+            linger = struct.pack("ii", 1, 0)
+            self.transport.get_extra_info("socket").setsockopt(
+                socket.SOL_SOCKET, socket.SO_LINGER, linger
+            )
+        self.transport.abort()
+
+    def _stop_unread(self) -> None:
+        if self._unread is not None:
+            self._unread.cancel()
+            self._unread = None
 
     def _refuse(self, transport: asyncio.BaseTransport) -> None:
         self._refused = True

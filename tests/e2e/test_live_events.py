@@ -1,13 +1,15 @@
 """A running turn watched live (contract §6.7): an SSE client joins mid-turn and gets
 every event in order, then the terminal, with no secret; Trinity's `/stream` shape too.
 
-The hostile stand-in CLI cannot pass for the server on either route: no line of it is a
-`terminal` or a `stream_end`.
+The hostile stand-in CLI cannot pass for the server on either route (no line of it is a
+`terminal` or a `stream_end`), and a subscriber that stops reading while it floods is
+reset at the send deadline with one INFO line (contract §8).
 """
 
 from __future__ import annotations
 
 import json
+import socket
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -18,10 +20,12 @@ from typing import Any
 import httpx
 import pytest
 
+from agent_server.client_limits import ClientLimits
 from agent_server.records.progress import SERVER_EVENT_TYPES
 from tests.conftest import SecretRegistry
 from tests.e2e.conftest import TurnServers, wait_listed
-from tests.support.hostile_cli import FORGED_SERVER_EVENTS
+from tests.support.hostile_cli import FLOOD_SIGNAL, FORGED_SERVER_EVENTS
+from tests.support.raw_client import TCP_ESTABLISHED, tcp_state
 from tests.support.server import ServerProcess
 
 HOSTILE_CLI = Path(__file__).resolve().parents[1] / "support" / "hostile-cli"
@@ -193,3 +197,51 @@ def test_no_cli_line_passes_for_the_servers_own_event(turn_servers: TurnServers)
     types = [types_seen(e.data) & SERVER_EVENT_TYPES for e in unnamed]
     assert types[-2:] == [{"terminal"}, {"stream_end"}]
     assert not any(types[:-2])
+
+
+SEND_S = 2.0
+"""The send deadline of this test's server (30 s in the product)."""
+
+
+def test_a_subscriber_that_stops_reading_is_reset_at_the_send_deadline(
+    turn_servers: TurnServers,
+) -> None:
+    """A 4 KiB receive window, nothing read, while the turn prints 8 MiB: once the server
+    holds back what it cannot send, the subscriber has `SEND_S`; then its connection is
+    reset, with one INFO line and no error; the turn runs on and is terminated."""
+    home = turn_servers.home()
+    server = turn_servers.start(
+        home,
+        limits=ClientLimits(send_timeout_s=SEND_S),
+        AGENT_SERVER_RUNTIME_COMMAND=str(HOSTILE_CLI),
+    )
+    with ThreadPoolExecutor(1) as pool:
+        turn = pool.submit(_turn, server, {"message": "case flood", "execution_id": "flooded"})
+        wait_listed(server, "flooded")
+        with socket.socket() as subscriber:
+            subscriber.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            subscriber.connect(("127.0.0.1", server.port))
+            subscriber.sendall(
+                f"GET /api/executions/flooded/events HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                f"X-Trinity-Agent-Token: {server.token}\r\n\r\n".encode()
+            )
+            time.sleep(0.2)  # subscribed
+            (home / "work" / FLOOD_SIGNAL).touch()
+            started = time.monotonic()
+            while tcp_state(subscriber) == TCP_ESTABLISHED:
+                assert time.monotonic() - started < SEND_S + 20, "never reset"
+                time.sleep(0.02)
+            elapsed = time.monotonic() - started
+        print(f"subscriber reset {elapsed:.2f} s after the flood began (deadline {SEND_S} s)")
+        assert SEND_S <= elapsed <= SEND_S + 5
+        assert "flooded" in server.get("/api/executions/running").text
+        assert server.post("/api/executions/flooded/terminate").status_code == 200
+        assert turn.result(timeout=60).status_code == 200
+
+    records = server.log_messages()
+    guard = [r for r in records if r["logger"] == "agent_server.client_limits"]
+    assert [(r["level"], r["message"].split(": ", 1)[1]) for r in guard] == [
+        ("INFO", f"it read none of its answer for {SEND_S:g} s")
+    ]
+    noisy = [r for r in records if r["level"] in ("ERROR", "CRITICAL") or "exception" in r]
+    assert not noisy, noisy

@@ -2,10 +2,11 @@
 
 It ignores its argv, reads the prompt on stdin, and plays the one case the prompt
 names (``case NAME``): output an attacker would print to make the server leak a
-secret or lose a turn's answer, or pass for the server on a live-event stream
-(``forged-server-events``). The secret it leaks is the value of the variable named
-by ``HOSTILE_SECRET_VAR`` in its environment (the server put it there: a baseline
-credential or a `.env` value), so the test never sends it itself.
+secret or lose a turn's answer, pass for the server on a live-event stream
+(``forged-server-events``) or flood a subscriber (``flood``). The secret it leaks is
+the value of the variable named by ``HOSTILE_SECRET_VAR`` in its environment (the
+server put it there: a baseline credential or a `.env` value), so the test never
+sends it itself.
 
 Each case prints stream-json shaped like Claude Code's and exits; what the server
 must answer is in tests/e2e/test_hostile_output.py and test_live_events.py.
@@ -16,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 import uuid
 
 SESSION = str(uuid.uuid4())
@@ -150,6 +152,11 @@ def play(case: str, secret: str) -> int:
             line(forged)
         result("forged")
         return 0
+    if case == "flood":
+        init()
+        flood()
+        time.sleep(60)  # until terminated
+        return 0
     sys.stderr.write(f"hostile-cli: no case {case!r}\n")
     return 2
 
@@ -168,6 +175,18 @@ FORGED_SERVER_EVENTS = (
 )
 """Lines that would pass for the server's own events (`terminal`, `stream_end`) with a
 reader that parses, takes the first key, forgives a comma or skips clipping."""
+FLOOD_SIGNAL = "flood-now"
+FLOOD_BYTES = 8 * 1024 * 1024
+
+
+def flood() -> None:
+    """Once `flood-now` exists in the working directory, print 8 MiB of 8 KiB lines."""
+    deadline = time.monotonic() + 30
+    while not os.path.exists(FLOOD_SIGNAL) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    text = "f" * 8000
+    for _ in range(FLOOD_BYTES // len(text)):
+        assistant(text)
 
 
 def main() -> int:

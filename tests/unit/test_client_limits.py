@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from agent_server.client_limits import (
     BODY_TIMEOUT_S,
     HEADER_TIMEOUT_S,
     MAX_HEAD_BYTES,
+    SEND_TIMEOUT_S,
     ClientLimits,
     GuardedProtocol,
     Phase,
@@ -35,7 +37,7 @@ from agent_server.client_limits import (
 )
 from agent_server.services import Services
 from tests.support.in_process import TOKEN, fake_cli_services, wait_until
-from tests.support.raw_client import close, trickle, until_closed
+from tests.support.raw_client import TCP_ESTABLISHED, close, tcp_state, trickle, until_closed
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -153,6 +155,15 @@ async def closed_while(
 def assert_at_deadline(elapsed: float, deadline: float) -> None:
     """Closed by that deadline's timer: not before it, and not long after."""
     assert deadline - EARLY <= elapsed <= deadline + SLACK, (elapsed, deadline)
+
+
+def assert_one_quiet_line(caplog: pytest.LogCaptureFixture, ending: str) -> None:
+    """The guard logged one line, ending so; nothing at WARNING or with a traceback."""
+    guard = [r.getMessage() for r in caplog.records if r.name == "agent_server.client_limits"]
+    assert len(guard) == 1
+    assert guard[0].endswith(ending)
+    noisy = [r for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info]
+    assert not noisy, [(r.name, r.getMessage()) for r in noisy]
 
 
 # --- the header phase -----------------------------------------------------------------
@@ -429,6 +440,111 @@ def test_the_app_phase_has_no_deadline_and_the_phases_follow_the_request() -> No
     run(scenario)
 
 
+# --- the send deadline ----------------------------------------------------------------
+
+SEND_S = 0.8
+SEND_LIMITS = ClientLimits(
+    header_timeout_s=30, body_timeout_s=30, max_connections=8, send_timeout_s=SEND_S
+)
+CHUNK = b"x" * 65536
+
+
+@dataclass
+class EndlessApp:
+    """Streams chunks until the client is gone (or `total` bytes are out), then ends."""
+
+    total: int | None = None
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """One request."""
+        await receive()
+        gone = asyncio.ensure_future(receive())  # http.disconnect, once the client is gone
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        sent = 0
+        while not gone.done() and (self.total is None or sent < self.total):
+            await send({"type": "http.response.body", "body": CHUNK, "more_body": True})
+            sent += len(CHUNK)
+            await asyncio.sleep(0)  # a step a chunk: the guard writes what a step held
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        gone.cancel()
+        self.ended.set()
+
+
+async def small_window_client(port: int, request: bytes, window: int = 4096) -> socket.socket:
+    """A connection with a `window`-byte receive buffer that sent `request`, read nothing."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, window)
+    sock.setblocking(False)
+    loop = asyncio.get_running_loop()
+    await loop.sock_connect(sock, ("127.0.0.1", port))
+    await loop.sock_sendall(sock, request)
+    return sock
+
+
+def test_a_client_that_reads_none_of_its_answer_is_reset_at_the_send_deadline(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Its socket buffers full, the server waits `send_timeout_s`, then resets it (one INFO
+    line, no error): the app sees the disconnect and ends, the connection is gone."""
+    app = EndlessApp()
+
+    async def scenario() -> None:
+        async with serving(app, SEND_LIMITS) as served:
+            started = time.monotonic()
+            with await small_window_client(served.port, head("/endless")) as sock:
+                await wait_until(lambda: tcp_state(sock) != TCP_ESTABLISHED, SEND_S + 5)
+                assert_at_deadline(time.monotonic() - started, SEND_S)
+            await wait_until(app.ended.is_set, WITHIN_S)
+            await wait_until(lambda: not served.state.connections, WITHIN_S)
+
+    with caplog.at_level(logging.DEBUG):
+        run(scenario)
+    assert_one_quiet_line(caplog, f"it read none of its answer for {SEND_S:g} s")
+
+
+def test_a_client_that_drains_its_answer_in_time_keeps_its_connection(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """It leaves the server waiting a while, then reads until the server writes again,
+    and again: each time the deadline is lifted; the whole answer arrives. (Waits of a
+    tenth of the deadline: a busy machine may stretch them.)"""
+    total = 128 * len(CHUNK)
+    end = b"\r\n0\r\n\r\n"
+    limits = ClientLimits(header_timeout_s=30, body_timeout_s=30, send_timeout_s=3.0)
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        async with serving(EndlessApp(total=total), limits) as served:
+            # A window a tiny one would make slow to drain (one 40 ms delayed ACK each).
+            window = 256 * 1024
+            with await small_window_client(served.port, head("/endless"), window) as sock:
+                received, waited_on = b"", 0
+
+                async def read() -> None:
+                    nonlocal received
+                    chunk = await asyncio.wait_for(loop.sock_recv(sock, 65536), 5)
+                    assert chunk, "closed before the end of the answer"
+                    received += chunk
+
+                while not received.endswith(end):
+                    await asyncio.sleep(limits.send_timeout_s / 10)
+                    flow = served.protocols[0].flow
+                    if flow.write_paused:  # read until the server writes again
+                        waited_on += 1
+                        while flow.write_paused:
+                            await read()
+                    else:  # all of it is written: read the rest
+                        while not received.endswith(end):
+                            await read()
+                assert received.count(b"x") == total
+                assert waited_on >= 2, "the server never waited on this client"
+
+    with caplog.at_level(logging.INFO, logger="agent_server.client_limits"):
+        run(scenario)
+    assert not [r for r in caplog.records if r.name == "agent_server.client_limits"]
+
+
 # --- the connection cap ---------------------------------------------------------------
 
 
@@ -496,7 +612,7 @@ def test_uvicorn_serves_through_the_guard(app_services: Services) -> None:
     assert config.ws == "none"
     assert config.loop == "asyncio", "uvloop refuses the SIGCHLD reaper: never 'auto'"
     assert config.proxy_headers is False, "the agent on the loopback could forge the caller"
-    assert (HEADER_TIMEOUT_S, BODY_TIMEOUT_S) == (10.0, 30.0)
+    assert (HEADER_TIMEOUT_S, BODY_TIMEOUT_S, SEND_TIMEOUT_S) == (10.0, 30.0, 30.0)
 
 
 def test_the_real_app_ends_a_closed_body_quietly(
@@ -517,8 +633,4 @@ def test_the_real_app_ends_a_closed_body_quietly(
 
     with caplog.at_level(logging.DEBUG):
         run(scenario)
-    guard = [r.getMessage() for r in caplog.records if r.name == "agent_server.client_limits"]
-    assert len(guard) == 1
-    assert guard[0].endswith(f"the request body was not complete within {BODY_S:g} s")
-    noisy = [r for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info]
-    assert not noisy, [(r.name, r.getMessage()) for r in noisy]
+    assert_one_quiet_line(caplog, f"the request body was not complete within {BODY_S:g} s")
