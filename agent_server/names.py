@@ -45,6 +45,9 @@ EXECUTION_ID = "TRINITY_EXECUTION_ID"
 
 CONTROLLER_TOKEN_HEADER = "X-Trinity-Agent-Token"  # noqa: S105 - a header name
 AUTH_OVERRIDE_HEADER = "X-Trinity-Auth-Override"
+AUTHENTICATED_CONNECTION = "agent_server.authenticated_connection"
+"""The ASGI scope extension whose `mark()` tells the connection guard that a request on
+this connection carried the controller token (contract §8, Slow clients)."""
 
 Layer = Literal["baseline", "env_file", "override", "per_spawn"]
 """Where a spawn's variable came from (contract §4.2)."""

@@ -19,11 +19,13 @@ from typing import Any
 
 import pytest
 import uvicorn
+from pydantic import SecretStr
 from starlette.types import ASGIApp, Receive, Scope, Send
 from uvicorn.server import ServerState
 
 from agent_server.__main__ import uvicorn_config
 from agent_server.app import create_app
+from agent_server.auth import ControllerAuth
 from agent_server.client_limits import (
     BODY_TIMEOUT_S,
     HEADER_TIMEOUT_S,
@@ -548,39 +550,189 @@ def test_a_client_that_drains_its_answer_in_time_keeps_its_connection(
 # --- the connection cap ---------------------------------------------------------------
 
 
-def test_over_the_cap_a_new_connection_is_closed_at_once(caplog: pytest.LogCaptureFixture) -> None:
-    """No HTTP answer (never a 503); one warning a spell; served again once one leaves."""
-    limits = ClientLimits(header_timeout_s=30, body_timeout_s=30, max_connections=3)
+CAP = 3
+CAP_LIMITS = ClientLimits(header_timeout_s=30, body_timeout_s=30, max_connections=CAP)
+WITH_TOKEN = f"X-Trinity-Agent-Token: {TOKEN}\r\n"
+
+
+@dataclass
+class HoldingApp:
+    """Answers `ok` at once, except a path that starts with /hold: after `release`."""
+
+    release: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """One request."""
+        if scope["path"].startswith("/hold"):
+            await self.release.wait()
+        headers = [(b"content-length", b"2")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+
+def behind_auth(app: ASGIApp, token: str | None = TOKEN) -> ControllerAuth:
+    """`app` behind the controller authentication, as the product serves it."""
+    return ControllerAuth(app, SecretStr(token) if token is not None else None)
+
+
+Stream = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+
+
+async def served_once(served: Served, request: bytes) -> Stream:
+    """A new connection that sent `request` and read its whole answer (200), kept open."""
+    reader, writer = await served.connect()
+    writer.write(request)
+    assert (await reader.readuntil(b"ok")).startswith(b"HTTP/1.1 200 ")
+    return reader, writer
+
+
+async def assert_closed_unanswered(stream: Stream) -> None:
+    """The server closed this connection (soon) without a byte of answer."""
+    assert await until_closed(stream[0], within=2) == b""
+    await close(stream[1])
+
+
+def test_at_the_cap_a_new_connection_closes_the_oldest_anonymous_one(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Idle connections cannot keep a new one out: it is served, the oldest one without
+    the token is closed with no answer (never a 503); one warning a spell, and one
+    once a connection arrives under the cap again."""
 
     async def scenario() -> None:
-        async with serving(RecordingApp(), limits) as served:
-            held = [await served.connect() for _ in range(3)]
-            await wait_until(lambda: len(served.state.connections) == 3, WITHIN_S)
+        async with serving(behind_auth(HoldingApp()), CAP_LIMITS) as served:
+            held = [await served.connect() for _ in range(CAP)]
+            await wait_until(lambda: len(served.state.connections) == CAP, WITHIN_S)
             for _ in range(4):
-                reader, writer = await served.connect()
-                writer.write(head("/health"))
                 started = time.monotonic()
-                answer = await until_closed(reader, within=5)
-                await close(writer)
-                assert answer == b""
+                newest = await served_once(served, head("/health"))
                 assert time.monotonic() - started < 0.5
-            assert len(served.state.connections) == 3
-            _, first = held.pop()
-            await close(first)
-            await wait_until(lambda: len(served.state.connections) == 2, WITHIN_S)
-            reader, writer = await served.connect()
-            writer.write(head("/health"))
-            assert (await reader.readuntil(b"ok")).startswith(b"HTTP/1.1 200 ")
-            for _, writer_ in [*held, (reader, writer)]:
-                await close(writer_)
+                await assert_closed_unanswered(held.pop(0))
+                held.append(newest)  # idle now, and still without the token
+            assert len(served.state.connections) == CAP
+            for stream in held:
+                await close(stream[1])
+            await wait_until(lambda: not served.state.connections, WITHIN_S)
+            await close((await served_once(served, head("/health")))[1])
 
     with caplog.at_level(logging.INFO, logger="agent_server.client_limits"):
         run(scenario)
     messages = [r.getMessage() for r in caplog.records if r.name == "agent_server.client_limits"]
     assert messages == [
-        "3 connections are open, the cap: closing new connections until one ends",
-        "accepting connections again; 4 were closed at the cap of 3",
+        "3 connections without the controller token are open, the cap: "
+        "each new connection closes the oldest of them",
+        "below the connection cap again: 4 connections without the controller token "
+        "were closed to make room",
     ]
+
+
+def test_a_connection_that_proved_the_token_keeps_its_slot() -> None:
+    """Older than every anonymous one, idle or with its request running, it is passed over;
+    it serves its answer and its next request."""
+    app = HoldingApp()
+
+    async def scenario() -> None:
+        async with serving(behind_auth(app), CAP_LIMITS) as served:
+            idle = await served_once(served, head("/api/credentials/status", extra=WITH_TOKEN))
+            running = await served.connect()
+            running[1].write(head("/hold/api/task", extra=WITH_TOKEN))
+            anonymous = [await served.connect() for _ in range(CAP)]
+            await wait_until(lambda: len(served.state.connections) == CAP + 2, WITHIN_S)
+            assert [p.authenticated for p in served.protocols] == [True, True] + [False] * CAP
+
+            newest = await served_once(served, head("/health"))
+            await assert_closed_unanswered(anonymous[0])
+            app.release.set()
+            assert (await running[0].readuntil(b"ok")).startswith(b"HTTP/1.1 200 ")
+            idle[1].write(head("/api/executions/running", extra=WITH_TOKEN))
+            assert (await idle[0].readuntil(b"ok")).startswith(b"HTTP/1.1 200 ")
+            for stream in [idle, running, *anonymous[1:], newest]:
+                await close(stream[1])
+
+    run(scenario)
+
+
+@pytest.mark.parametrize(
+    ("request_head", "token", "authenticated"),
+    [
+        pytest.param(head("/api/x", extra=WITH_TOKEN), TOKEN, True, id="the token on a route"),
+        pytest.param(head("/health", extra=WITH_TOKEN), TOKEN, True, id="the token on /health"),
+        pytest.param(head("/health"), TOKEN, False, id="/health without the token"),
+        pytest.param(
+            b"OPTIONS /api/x HTTP/1.1\r\nHost: a\r\n\r\n", TOKEN, False, id="OPTIONS without it"
+        ),
+        pytest.param(
+            head("/health", extra="X-Trinity-Agent-Token: not-the-token-0123456789\r\n"),
+            TOKEN,
+            False,
+            id="a wrong token on /health",
+        ),
+        pytest.param(head("/api/x"), None, True, id="any request when authentication is off"),
+    ],
+)
+def test_which_requests_mark_their_connection_as_the_controllers(
+    request_head: bytes, token: str | None, authenticated: bool
+) -> None:
+    """Only a request that carries the token (any request with authentication off)."""
+
+    async def scenario() -> None:
+        async with serving(behind_auth(HoldingApp(), token), CAP_LIMITS) as served:
+            await close((await served_once(served, request_head))[1])
+            assert served.protocols[0].authenticated is authenticated
+
+    run(scenario)
+
+
+def test_a_wrong_token_is_refused_and_marks_nothing() -> None:
+    """401, and the connection stays anonymous."""
+
+    async def scenario() -> None:
+        async with serving(behind_auth(HoldingApp()), CAP_LIMITS) as served:
+            reader, writer = await served.connect()
+            writer.write(head("/api/x", extra="X-Trinity-Agent-Token: not-it-0123456789\r\n"))
+            assert (await reader.readuntil(b"}")).startswith(b"HTTP/1.1 401 ")
+            assert served.protocols[0].authenticated is False
+            await close(writer)
+
+    run(scenario)
+
+
+def test_the_authenticated_connections_have_a_cap_of_their_own() -> None:
+    """Past it, one more proves the token but stays anonymous: the oldest to close."""
+
+    async def scenario() -> None:
+        async with serving(behind_auth(HoldingApp()), CAP_LIMITS) as served:
+            streams = [
+                await served_once(served, head("/api/x", extra=WITH_TOKEN)) for _ in range(CAP + 1)
+            ]
+            assert [p.authenticated for p in served.protocols] == [True] * CAP + [False]
+            anonymous = [await served.connect() for _ in range(CAP - 1)]
+            newest = await served_once(served, head("/health"))
+            await assert_closed_unanswered(streams.pop())
+            for stream in [*streams, *anonymous, newest]:
+                await close(stream[1])
+
+    run(scenario)
+
+
+def test_an_anonymous_request_in_progress_does_not_keep_its_slot() -> None:
+    """An anonymous answer the client never reads could otherwise hold a slot for ever:
+    the oldest anonymous connection is closed whatever its request is doing."""
+    app = HoldingApp()
+
+    async def scenario() -> None:
+        async with serving(behind_auth(app), CAP_LIMITS) as served:
+            running = await served.connect()
+            running[1].write(b"OPTIONS /hold HTTP/1.1\r\nHost: a\r\n\r\n")  # exempt: no token
+            others = [await served.connect() for _ in range(CAP - 1)]
+            await wait_until(lambda: len(served.state.tasks) == 1, WITHIN_S)
+            newest = await served_once(served, head("/health"))
+            await assert_closed_unanswered(running)
+            app.release.set()
+            for stream in [*others, newest]:
+                await close(stream[1])
+
+    run(scenario)
 
 
 @pytest.mark.parametrize(
