@@ -16,7 +16,7 @@ from pathlib import Path
 from pydantic import SecretStr
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from agent_server.names import CONTROLLER_TOKEN_HEADER
+from agent_server.names import AUTHENTICATED_CONNECTION, CONTROLLER_TOKEN_HEADER
 from agent_server.secret_file import write_secret_file
 
 logger = logging.getLogger("agent_server.auth")
@@ -53,7 +53,12 @@ def resolve_controller_token(
 
 
 class ControllerAuth:
-    """ASGI middleware: every route but /health, /metrics and OPTIONS needs the token."""
+    """ASGI middleware: every route but /health, /metrics and OPTIONS needs the token.
+
+    A request that carries the token (on any route; every request when authentication
+    is off) marks its connection as the controller's: it keeps its slot at the
+    connection cap (contract §8, Slow clients).
+    """
 
     def __init__(self, app: ASGIApp, token: SecretStr | None) -> None:
         self.app = app
@@ -61,13 +66,14 @@ class ControllerAuth:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Answer 401 unless the request is exempt or carries the right token."""
-        if (
-            scope["type"] != "http"
-            or self._expected is None
-            or scope["method"] == "OPTIONS"
-            or scope["path"] in EXEMPT_PATHS
-            or self._authorized(scope)
-        ):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if self._expected is None or self._authorized(scope):
+            _mark_authenticated(scope)
+            await self.app(scope, receive, send)
+            return
+        if scope["method"] == "OPTIONS" or scope["path"] in EXEMPT_PATHS:
             await self.app(scope, receive, send)
             return
         await send(
@@ -90,3 +96,9 @@ class ControllerAuth:
                 presented = value
                 break
         return hmac.compare_digest(presented, self._expected)
+
+
+def _mark_authenticated(scope: Scope) -> None:
+    extension = (scope.get("extensions") or {}).get(AUTHENTICATED_CONNECTION)
+    if extension is not None:  # served by the guarded protocol (not by an in-process client)
+        extension["mark"]()

@@ -60,6 +60,9 @@ CALLBACK_SIGNATURE_HEADER = "X-Agent-Server-Signature"
 """`t=<unix time>,v1=<hex>`: HMAC-SHA256 of `<t>.<body>` under the callback key (§6.8)."""
 CALLBACK_KEY_LABEL = b"agent-server callback signature v1"
 """The callback key is HMAC-SHA256 of this label under the controller token."""
+AUTHENTICATED_CONNECTION = "agent_server.authenticated_connection"
+"""The ASGI scope extension whose `mark()` tells the connection guard that a request on
+this connection carried the controller token (contract §8, Slow clients)."""
 
 Layer = Literal["baseline", "env_file", "override", "per_spawn"]
 """Where a spawn's variable came from (contract §4.2)."""

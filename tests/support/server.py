@@ -182,7 +182,12 @@ class ServerProcess:
         if self.limits is None:
             return [str(AGENT_SERVER), "serve"]
         limits = self.limits
-        numbers = (limits.header_timeout_s, limits.body_timeout_s, limits.max_connections)
+        numbers = (
+            limits.header_timeout_s,
+            limits.body_timeout_s,
+            limits.max_connections,
+            limits.send_timeout_s,
+        )
         return [sys.executable, str(LIMITED_SERVER), *map(str, numbers)]
 
     def stop(self, timeout: float = 30) -> int:
