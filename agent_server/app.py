@@ -193,6 +193,7 @@ def create_app(settings: Settings, services: Services | None = None) -> Starlett
         await services.registry.drain(settings.shutdown_grace_s)
         # Turns have answered; their results are being retained and sent (kept if not).
         await services.results.close(ANSWER_S)
+        services.spawn_files.close()
         services.reaper.uninstall(asyncio.get_running_loop())
 
     routes = [Route(e.path, e.handler, methods=[e.method]) for e in ENDPOINTS]

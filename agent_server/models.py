@@ -186,7 +186,9 @@ class Capabilities(BaseModel):
     auth_override: list[AuthOverrideKind]
     """The `auth_override` kinds this runtime takes (none for Codex and Gemini CLI)."""
     turn_options: list[str]
-    """The optional turn fields this runtime honours; asking for another is a 422."""
+    """The optional turn fields this runtime honours."""
+    not_enforced: list[str] = []
+    """The turn fields it takes without enforcing them; asking for any other is a 422."""
     reload_token: bool = True
     credential_status: bool = True
 

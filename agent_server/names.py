@@ -43,6 +43,9 @@ ROUTING_VARS = frozenset(
 CONTROLLER_TOKEN = "TRINITY_AGENT_AUTH_TOKEN"  # noqa: S105 - a variable name
 EXECUTION_ID = "TRINITY_EXECUTION_ID"
 
+BYPASS_PERMISSIONS = "bypassPermissions"
+"""The default permission mode: no tool call waits for an approval (contract §1)."""
+
 CONTROLLER_TOKEN_HEADER = "X-Trinity-Agent-Token"  # noqa: S105 - a header name
 AUTH_OVERRIDE_HEADER = "X-Trinity-Auth-Override"
 

@@ -22,6 +22,7 @@ from agent_server.execution.process_group import Reaper
 from agent_server.execution.registry import Registry
 from agent_server.execution.results import Results
 from agent_server.execution.retained import RetainedResults
+from agent_server.execution.spawn_files import SpawnFiles
 from agent_server.execution.turn import TurnRunner
 from agent_server.metrics import Metrics
 from agent_server.names import CONTROLLER_TOKEN, is_credential_name
@@ -47,6 +48,7 @@ class Services:
     reaper: Reaper
     results: Results
     turns: TurnRunner
+    spawn_files: SpawnFiles
     controller_token: SecretStr | None
 
     @classmethod
@@ -101,6 +103,7 @@ class Services:
         results = Results(
             RetainedResults(settings.state_dir / "results"), redactor, metrics, callbacks
         )
+        spawn_files = SpawnFiles.for_server() if serving else SpawnFiles(None)
         turns = TurnRunner(
             adapter=adapter,
             store=store,
@@ -114,6 +117,7 @@ class Services:
             max_log_bytes=settings.max_log_bytes,
             reaper=reaper,
             results=results,
+            spawn_files=spawn_files,
         )
         return cls(
             settings=settings,
@@ -127,5 +131,6 @@ class Services:
             reaper=reaper,
             results=results,
             turns=turns,
+            spawn_files=spawn_files,
             controller_token=controller_token,
         )

@@ -188,6 +188,8 @@ class TurnMetadata(BaseModel):
     api_key_source: str | None = None
     log_truncated: bool = False
     session_reset: bool = False
+    not_enforced: list[str] = []
+    """Asked turn fields the runtime took without enforcing them (contract §6.1)."""
 
 
 class ChatContext(BaseModel):

@@ -53,6 +53,8 @@ class FinishedTurn:
     session_reset: bool = False
     chat: bool = False
     """An `/api/chat` turn: its answer carries the `session` context."""
+    not_enforced: tuple[str, ...] = ()
+    """The asked turn fields its runtime took without enforcing them."""
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,7 @@ def build_answer(outcome: Outcome, turn: FinishedTurn, now: datetime) -> TurnAns
         api_key_source=stream.api_key_source,
         log_truncated=turn.transcript.truncated,
         session_reset=turn.session_reset,
+        not_enforced=list(turn.not_enforced),
     )
     log = _events(turn.transcript)
     if outcome.kind in (OutcomeKind.SUCCESS, OutcomeKind.CANCELLED):

@@ -7,6 +7,7 @@ from typing import Any
 
 from agent_server.execution.chat_session import ChatSession
 from agent_server.execution.registry import Execution
+from agent_server.runtimes.base import RuntimeAdapter
 from agent_server.spawn_env.per_spawn import SpawnCredential
 from agent_server.turn_models import AuthOverride, ImageInput
 
@@ -41,6 +42,15 @@ class TurnAsk:
             "images": self.images is not None,
         }
         return [name for name, given in asked.items() if given]
+
+    def refused_by(self, adapter: RuntimeAdapter) -> list[str]:
+        """The asked fields `adapter` neither honours nor runs without (contract §6.1)."""
+        taken = adapter.honours | adapter.not_enforced
+        return [name for name in self.options_asked() if name not in taken]
+
+    def unenforced_by(self, adapter: RuntimeAdapter) -> tuple[str, ...]:
+        """The asked fields `adapter` takes without enforcing them."""
+        return tuple(name for name in self.options_asked() if name in adapter.not_enforced)
 
 
 @dataclass

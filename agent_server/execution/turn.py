@@ -38,6 +38,7 @@ from agent_server.execution.process_group import Reaper
 from agent_server.execution.registry import Execution, Registry
 from agent_server.execution.results import Results
 from agent_server.execution.runner import ProcessFacts, run_process
+from agent_server.execution.spawn_files import SpawnFiles
 from agent_server.execution.transcript import Transcript
 from agent_server.logs import execution_id_var
 from agent_server.metrics import OTHER_LABEL, Metrics
@@ -86,6 +87,7 @@ class TurnRunner:
     max_log_bytes: int
     reaper: Reaper
     results: Results
+    spawn_files: SpawnFiles
 
     async def run(self, ask: TurnAsk, *, chat: ChatSession | None = None) -> TurnAnswer:
         """Accept and run one turn (its execution's `cancel` stops it, as terminate does)."""
@@ -101,6 +103,13 @@ class TurnRunner:
         """
         self.refuse_unhonoured(ask)
         execution_id = ask.execution_id or uuid.uuid4().hex
+        if unenforced := ask.unenforced_by(self.adapter):
+            logger.warning(
+                "runtime %s cannot enforce %s: the turn runs without it",
+                self.adapter.name,
+                ", ".join(unenforced),
+                extra={"execution_id": execution_id},
+            )
         override = ask.auth_override
         if override is not None and not self.adapter.supports_auth_override:
             logger.warning(
@@ -221,9 +230,9 @@ class TurnRunner:
         return build_answer(outcome, finished, datetime.now(UTC))
 
     def refuse_unhonoured(self, ask: TurnAsk) -> None:
-        """422 naming each asked field this runtime cannot honour (nothing is spawned)."""
-        refused = [name for name in ask.options_asked() if name not in self.adapter.honours]
-        if refused:
+        """422 naming each asked field this runtime can neither honour nor run without
+        (nothing is spawned); a field it takes unenforced is no refusal (contract §6.1)."""
+        if refused := ask.refused_by(self.adapter):
             raise RequestInvalid(
                 [
                     {
@@ -245,6 +254,7 @@ class TurnRunner:
         chat: bool = False,
     ) -> TurnAnswer:
         spawn = await self.spawn_envs.build(state.baseline, state.overrides, credential.layer)
+        env = self.spawn_files.env_for(spawn.env, self.adapter.spawn_files(spawn.env))
         for key in spawn.suppressed:
             # A label from a fixed set only: `.env` names are the agent's to choose.
             label = key if key in SUBSCRIPTION_SHADOW_KEYS else OTHER_LABEL
@@ -278,19 +288,20 @@ class TurnRunner:
                 transcript=attempt.transcript,
                 session_reset=attempt.session_reset,
                 chat=chat,
+                not_enforced=ask.unenforced_by(self.adapter),
             )
             outcome = self._classify(attempt, execution, spec, now)
             drafted = attempt.draft.answers(outcome, turn, attempt.lines) if attempt.draft else None
             return turn, build_answer(outcome, turn, now) if drafted is None else drafted
 
-        attempt = await self._spawn(spec, spawn.env, deadline, execution, answer)
+        attempt = await self._spawn(spec, env, deadline, execution, answer)
         if ask.reset_unknown_session and spec.resume_session_id and self._session_unknown(attempt):
             logger.warning(
                 "the CLI no longer knows chat session %s: starting a new one",
                 spec.resume_session_id,
             )
             spec = replace(spec, resume_session_id=None, new_session_id=self._new_session_id(None))
-            attempt = await self._spawn(spec, spawn.env, deadline, execution, answer, reset=True)
+            attempt = await self._spawn(spec, env, deadline, execution, answer, reset=True)
         return answer(attempt)[1]
 
     def _classify(

@@ -42,6 +42,7 @@ async def health(request: Request) -> Response:
         capabilities=Capabilities(
             auth_override=list(AUTH_OVERRIDE_KINDS) if adapter.supports_auth_override else [],
             turn_options=[name for name in TURN_OPTIONS if name in adapter.honours],
+            not_enforced=[name for name in TURN_OPTIONS if name in adapter.not_enforced],
         ),
     )
     return answer(request, body.model_dump())

@@ -87,6 +87,7 @@ def test_a_ready_claude_agent_is_ok(environ: dict[str, str]) -> None:
         "capabilities": {
             "auth_override": ["oauth_token", "api_key", "provider"],
             "turn_options": CLAUDE_TURN_OPTIONS,
+            "not_enforced": [],
             "reload_token": True,
             "credential_status": True,
         },
@@ -124,30 +125,37 @@ def test_insecure_mode_says_so(environ: dict[str, str]) -> None:
 
 
 @pytest.mark.parametrize(
-    ("runtime", "overrides", "options"),
+    ("runtime", "overrides", "options", "unenforced"),
     [
         pytest.param(
             "claude-code",
             ["oauth_token", "api_key", "provider"],
             CLAUDE_TURN_OPTIONS,
+            [],
             id="claude code takes every override and every option",
         ),
         pytest.param(
             "codex",
             [],
             CODEX_TURN_OPTIONS,
-            id="codex takes no Claude credential, no prompt, tools or turn cap",
+            ["allowed_tools"],
+            id="codex takes no Claude credential, enforces no tool list, has no turn cap",
         ),
         pytest.param(
             "gemini-cli",
             [],
-            ["model", "resume_session_id"],
+            ["model", "system_prompt", "resume_session_id"],
+            ["allowed_tools", "persist_session"],
             id="gemini takes no Claude credential and keeps its sessions",
         ),
     ],
 )
 def test_capabilities_are_the_runtimes(
-    environ: dict[str, str], runtime: str, overrides: list[str], options: list[str]
+    environ: dict[str, str],
+    runtime: str,
+    overrides: list[str],
+    options: list[str],
+    unenforced: list[str],
 ) -> None:
     """capabilities follow the contract §6.1 table of each runtime."""
     services = fake_cli_services(environ, AGENT_RUNTIME=runtime)
@@ -155,6 +163,7 @@ def test_capabilities_are_the_runtimes(
     assert body["runtime"] == runtime
     assert body["capabilities"]["auth_override"] == overrides
     assert body["capabilities"]["turn_options"] == options
+    assert body["capabilities"]["not_enforced"] == unenforced
 
 
 def test_active_executions_counts_the_turns_in_flight(environ: dict[str, str]) -> None:
