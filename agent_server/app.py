@@ -189,6 +189,7 @@ def create_app(settings: Settings, services: Services | None = None) -> Starlett
         )
         if services.results.callbacks is not None:
             services.results.callbacks.sweep_later()
+        await services.readiness.check()
         yield
         await services.registry.drain(settings.shutdown_grace_s)
         # Turns have answered; their results are being retained and sent (kept if not).

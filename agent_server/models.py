@@ -197,6 +197,8 @@ class Health(BaseModel):
     """`GET /health`: always 200 while serving; the body says what is wrong."""
 
     status: Literal["ok", "degraded"]
+    problems: list[str] = []
+    """Why no turn can run here (`degraded`): names of variables and files, never values."""
     agent_name: str
     runtime: str
     runtime_available: bool

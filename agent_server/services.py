@@ -7,6 +7,7 @@ Nothing here is a module global, so every test builds its own.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from pydantic import SecretStr
@@ -19,6 +20,7 @@ from agent_server.credentials.store import CredentialStore, overrides_secrets
 from agent_server.execution.callback import CallbackSender
 from agent_server.execution.chat_session import ChatSession
 from agent_server.execution.process_group import Reaper
+from agent_server.execution.readiness import Readiness
 from agent_server.execution.registry import Registry
 from agent_server.execution.results import Results
 from agent_server.execution.retained import RetainedResults
@@ -49,6 +51,7 @@ class Services:
     results: Results
     turns: TurnRunner
     spawn_files: SpawnFiles
+    readiness: Readiness
     controller_token: SecretStr | None
 
     @classmethod
@@ -132,5 +135,12 @@ class Services:
             results=results,
             turns=turns,
             spawn_files=spawn_files,
+            readiness=Readiness(
+                adapter,
+                store,
+                spawn_envs,
+                permission_mode=settings.permission_mode,
+                spawn_uid=os.geteuid(),  # spawns run as the server's user
+            ),
             controller_token=controller_token,
         )

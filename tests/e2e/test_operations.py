@@ -147,6 +147,7 @@ def test_health_of_a_ready_claude_agent(turn_servers: TurnServers) -> None:
     assert response.status_code == 200
     assert response.json() == {
         "status": "ok",
+        "problems": [],
         "agent_name": "test-agent",
         "runtime": "claude-code",
         "runtime_available": True,
