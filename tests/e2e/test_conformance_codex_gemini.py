@@ -15,11 +15,10 @@ import secrets
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from tests.conftest import SecretRegistry
@@ -29,6 +28,7 @@ from tests.support.contract import ERROR_DETAIL_KEYS, stray_controller_words
 from tests.support.gemini_api import MODEL as GEMINI_MODEL
 from tests.support.gemini_api import UNKNOWN_MODEL as GEMINI_UNKNOWN_MODEL
 from tests.support.gemini_api import GeminiApiStandIn
+from tests.support.live import LiveAnswer as Answer
 from tests.support.openai_api import UNKNOWN_MODEL as CODEX_UNKNOWN_MODEL
 from tests.support.openai_api import ResponsesApiStandIn
 from tests.support.real_clis import CODEX, GEMINI
@@ -91,25 +91,6 @@ TURNS: dict[str, tuple[str, dict[str, Any]]] = {
     "gemini_missing_key": ("gemini_nokey", {}),
     "gemini_restricted": ("gemini_restricted", {}),
 }
-
-
-@dataclass(frozen=True)
-class Answer:
-    """A live answer, kept for every test of the module."""
-
-    status: int
-    headers: httpx.Headers
-    json: dict[str, Any]
-    text: str
-    sent: dict[str, Any]
-    asked_at: datetime
-    answered_at: datetime
-
-    @property
-    def detail(self) -> dict[str, Any]:
-        detail = self.json["detail"]
-        assert isinstance(detail, dict), self.text
-        return detail
 
 
 @dataclass(frozen=True)
@@ -184,18 +165,7 @@ def _play(agent: Agent, name: str, body: dict[str, Any]) -> Answer:
         "execution_id": f"conf-{name}-{secrets.token_hex(4)}",
         **body,
     }
-    asked_at = datetime.now(UTC)
-    with agent.server.client(timeout=150) as client:
-        response = client.post("/api/task", json=sent)
-    return Answer(
-        response.status_code,
-        response.headers,
-        response.json(),
-        response.text,
-        sent,
-        asked_at,
-        datetime.now(UTC),
-    )
+    return Answer.ask(agent.server, sent, timeout=150)
 
 
 @pytest.fixture(scope="module")

@@ -9,58 +9,30 @@ strips the API keys beside an OAuth token on a Claude runtime, must not touch th
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import secrets
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
-import httpx
 import pytest
 
 from agent_server.runtimes.codex import toml_string
 from tests.conftest import SecretRegistry
 from tests.e2e.conftest import TurnServers
+from tests.support.api_stand_in import fingerprint
 from tests.support.contract import ERROR_DETAIL_KEYS, stray_controller_words
 from tests.support.images import ONE_IMAGE
+from tests.support.live import LiveAnswer as Answer
 from tests.support.server import FAKE_CODEX, FAKE_GEMINI, ServerProcess
 
 RUNTIMES = ("codex", "gemini-cli")
 BASELINE_KEYS = ("OPENAI_API_KEY", "GEMINI_API_KEY", "ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN")
 SWITCHING_CODES = frozenset({"rate_limit", "billing", "auth"})
 GEMINI_RESET = timedelta(hours=1, minutes=49, seconds=8)
-
-
-def fingerprint(value: str) -> str:
-    """The fakes' fingerprint: the first 12 hex digits of sha256."""
-    return hashlib.sha256(value.encode()).hexdigest()[:12]
-
-
-@dataclass(frozen=True)
-class Answer:
-    """One live answer of a turn, kept for every test of the module."""
-
-    status: int
-    headers: httpx.Headers
-    json: dict[str, Any]
-    text: str
-    sent: dict[str, Any]
-    asked_at: datetime
-
-    @property
-    def detail(self) -> dict[str, Any]:
-        detail = self.json["detail"]
-        assert isinstance(detail, dict), self.text
-        return detail
-
-    def report(self) -> dict[str, Any]:
-        """The fake CLI's JSON report of what it received (a success's response)."""
-        report: dict[str, Any] = json.loads(self.json["response"])
-        return report
 
 
 @dataclass(frozen=True)
@@ -144,12 +116,7 @@ TURNS: dict[str, tuple[str, str, dict[str, Any]]] = {
 
 def _play(server: ServerProcess, name: str, prompt: str, extra: dict[str, Any]) -> Answer:
     body = {"message": prompt, "execution_id": f"{name}-{secrets.token_hex(4)}", **extra}
-    asked_at = datetime.now(UTC)
-    with server.client() as client:
-        response = client.post("/api/task", json=body)
-    return Answer(
-        response.status_code, response.headers, response.json(), response.text, body, asked_at
-    )
+    return Answer.ask(server, body)
 
 
 @pytest.fixture(scope="module")
