@@ -98,6 +98,16 @@ _SECRET_SCHEMA = WithJsonSchema(
     }
 )
 Secret = Annotated[SecretStr, AfterValidator(_check_secret), _SECRET_SCHEMA]
+_TOKEN_SCHEMA = WithJsonSchema(
+    {
+        "type": "string",
+        "format": "password",
+        "writeOnly": True,
+        "minLength": MIN_TOKEN_CHARS,
+        "maxLength": MAX_TOKEN_BYTES,
+        "pattern": "^[!-~]+$",  # printable ASCII, no blank: the token rule (`token_problem`)
+    }
+)
 """A credential: non-empty, no whitespace or control characters, at most 4096 bytes."""
 PromptText = Annotated[str, Field(pattern=r"^[^\x00]*$")]
 """Text that goes into argv: anything but NUL, which no argv element can hold."""
@@ -115,9 +125,9 @@ class Strict(BaseModel):
 class ReloadTokenRequest(Strict):
     """`POST /api/credentials/reload-token`."""
 
-    # The schema asks for a non-blank token; the route answers a blank one 400
-    # token_required, anything else that cannot be a token 400 token_invalid.
-    token: Annotated[SecretStr, _SECRET_SCHEMA]
+    # The schema says what a token is; the route answers a blank one 400 token_required,
+    # anything else that cannot be a token 400 token_invalid.
+    token: Annotated[SecretStr, _TOKEN_SCHEMA]
     remove_api_key: bool = False
     expected_generation: int | None = None
 
@@ -200,7 +210,9 @@ class Capabilities(BaseModel):
     auth_override: list[AuthOverrideKind]
     """The `auth_override` kinds this runtime takes (none for Codex and Gemini CLI)."""
     turn_options: list[str]
-    """The optional turn fields this runtime honours; asking for another is a 422."""
+    """The optional turn fields this runtime honours."""
+    not_enforced: list[str] = []
+    """The turn fields it takes without enforcing them; asking for any other is a 422."""
     reload_token: bool = True
     credential_status: bool = True
 
@@ -209,6 +221,8 @@ class Health(BaseModel):
     """`GET /health`: always 200 while serving; the body says what is wrong."""
 
     status: Literal["ok", "degraded"]
+    problems: list[str] = []
+    """Why no turn can run here (`degraded`): names of variables and files, never values."""
     agent_name: str
     runtime: str
     runtime_available: bool

@@ -54,6 +54,9 @@ own gateway mode only and never becomes the bearer sent to `ANTHROPIC_BASE_URL`.
 CONTROLLER_TOKEN = "TRINITY_AGENT_AUTH_TOKEN"  # noqa: S105 - a variable name
 EXECUTION_ID = "TRINITY_EXECUTION_ID"
 
+BYPASS_PERMISSIONS = "bypassPermissions"
+"""The default permission mode: no tool call waits for an approval (contract §1)."""
+
 CONTROLLER_TOKEN_HEADER = "X-Trinity-Agent-Token"  # noqa: S105 - a header name
 AUTH_OVERRIDE_HEADER = "X-Trinity-Auth-Override"
 CALLBACK_SIGNATURE_HEADER = "X-Agent-Server-Signature"

@@ -66,6 +66,7 @@ async def _reload(request: Request) -> ReloadTokenResponse:
     )
     state = result.state
     shadow = env_shadow(state, await spawn_envs.read_dotenv())
+    await request.app.state.readiness.check()  # /health follows the credential in force
     logger.info(
         "reload-token: changed=%s generation=%s fingerprint=%s env_shadow=%s",
         result.changed,

@@ -154,6 +154,7 @@ def test_health_of_a_ready_claude_agent(turn_servers: TurnServers) -> None:
     assert response.status_code == 200
     assert response.json() == {
         "status": "ok",
+        "problems": [],
         "agent_name": "test-agent",
         "runtime": "claude-code",
         "runtime_available": True,
@@ -165,6 +166,7 @@ def test_health_of_a_ready_claude_agent(turn_servers: TurnServers) -> None:
         "capabilities": {
             "auth_override": ["oauth_token", "api_key", "provider"],
             "turn_options": CLAUDE_TURN_OPTIONS,
+            "not_enforced": [],
             "reload_token": True,
             "credential_status": True,
         },
