@@ -2,7 +2,7 @@
 
 Fail closed: with no token configured and no explicit `AGENT_SERVER_INSECURE_NO_AUTH=1`,
 `resolve_controller_token` generates one and writes it to a 0600 file whose path
-(never the value) is logged.
+(never the value) is logged; a later start uses the one that file holds.
 """
 
 from __future__ import annotations
@@ -10,20 +10,25 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import os
 import secrets
 from pathlib import Path
 
 from pydantic import SecretStr
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from agent_server.models import secret_problem
 from agent_server.names import AUTHENTICATED_CONNECTION, CONTROLLER_TOKEN_HEADER
-from agent_server.secret_file import write_secret_file
+from agent_server.secret_file import check_dir, open_bounded, write_secret_file
 
 logger = logging.getLogger("agent_server.auth")
 
 HEADER = CONTROLLER_TOKEN_HEADER.lower().encode()
 EXEMPT_PATHS = frozenset({"/health", "/metrics"})
 _UNAUTHORIZED = json.dumps({"detail": "Unauthorized"}).encode()
+GENERATED_TOKEN_MIN_CHARS = 32
+"""A generated token is 43 characters; a file holding less was not generated here."""
+GENERATED_TOKEN_MAX_BYTES = 1024
 
 
 def resolve_controller_token(
@@ -38,8 +43,16 @@ def resolve_controller_token(
         return None
     if configured is not None:
         return configured
-    generated = SecretStr(secrets.token_urlsafe(32))
     path = state_dir / "agent-auth-token"
+    kept = _generated_before(path)
+    if kept is not None:
+        logger.warning(
+            "TRINITY_AGENT_AUTH_TOKEN is not set: using the controller token generated "
+            "before, in %s (0600)",
+            path,
+        )
+        return kept
+    generated = SecretStr(secrets.token_urlsafe(32))
     try:
         state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         write_secret_file(path, generated.get_secret_value())
@@ -50,6 +63,22 @@ def resolve_controller_token(
         # Still fail closed: nobody can call the API, which beats an open one.
         logger.error("TRINITY_AGENT_AUTH_TOKEN is not set and %s cannot be written: %s", path, exc)
     return generated
+
+
+def _generated_before(path: Path) -> SecretStr | None:
+    """The token a previous start generated, if the file holds one: the same token across
+    restarts, so a `T=$(cat …)` of the README keeps working."""
+    try:
+        check_dir(path.parent)
+        fd, st = open_bounded(path, GENERATED_TOKEN_MAX_BYTES)
+        with os.fdopen(fd, "rb") as handle:
+            value = handle.read(GENERATED_TOKEN_MAX_BYTES).decode("ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    private = st.st_uid == os.geteuid() and not st.st_mode & 0o077
+    if not private or len(value) < GENERATED_TOKEN_MIN_CHARS or secret_problem(value):
+        return None  # not ours, shown to others, or not a token: a new one is generated
+    return SecretStr(value)
 
 
 class ControllerAuth:
