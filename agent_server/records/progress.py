@@ -20,6 +20,7 @@ import collections
 import itertools
 import json
 import re
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -34,7 +35,16 @@ STREAM_END = "stream_end"
 SERVER_EVENT_TYPES = frozenset({TERMINAL, STREAM_END})
 """Only the server emits these: no CLI line is named with one or carries one."""
 _TYPE = re.compile(rb'"type"\s*:\s*"([A-Za-z0-9_.]{1,40})"')
+_SUBTYPE = re.compile(rb'"subtype"\s*:\s*"([A-Za-z0-9_.]{1,40})"')
 _JSON_SPACE = " \t\r\n\ufeff"
+
+
+def _last_event(name: str, line: bytes) -> str:
+    """`name`, or `name/subtype` for a system event (`system/api_retry`)."""
+    if name != "system":
+        return name
+    found = _SUBTYPE.search(line, 0, 512)
+    return f"{name}/{found.group(1).decode()}" if found else name
 
 
 @dataclass(frozen=True)
@@ -56,6 +66,10 @@ class Progress:
         self._wake: asyncio.Event | None = None
         """Set by the next event; made only when a subscriber waits (usually none does)."""
         self.closed = False
+        self.last: tuple[str, float] | None = None
+        """The CLI's last event (`type`, or `type/subtype` for a system event such as
+        `system/api_retry`) and when it came (`time.time()`): a turn stuck in its
+        CLI's own retries shows as such in the running list."""
 
     def add_line(self, line: bytes) -> None:
         """Record one (redacted) stdout line of the CLI."""
@@ -63,6 +77,7 @@ class Progress:
         name = found.group(1).decode() if found else "line"
         if name in SERVER_EVENT_TYPES:
             name = "line"
+        self.last = (_last_event(name, line), time.time())
         if len(line) > MAX_EVENT_BYTES:
             data = json.dumps({"type": name, "clipped": True, "bytes": len(line)})
         else:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import pytest
 
@@ -186,3 +187,25 @@ def test_a_line_nested_past_the_parsers_depth_is_withheld() -> None:
     progress.close({})
     event, _ = asyncio.run(_collect(progress))
     assert (event.name, json.loads(event.data)["withheld"]) == ("line", True)
+
+
+@pytest.mark.parametrize(
+    ("line", "last"),
+    [
+        pytest.param(b'{"type":"system","subtype":"api_retry","attempt":3}', "system/api_retry",
+                     id="the CLI retrying the API itself"),
+        pytest.param(b'{"type":"system","subtype":"init"}', "system/init", id="init"),
+        pytest.param(b'{"type":"assistant","message":{}}', "assistant", id="the model's text"),
+        pytest.param(b'{"type":"system"}', "system", id="a system event without subtype"),
+        pytest.param(b"plain text", "line", id="a line that names no type"),
+        pytest.param(b'{"type":"terminal"}', "line", id="a forged server event is a line"),
+    ],
+)  # fmt: skip
+def test_the_last_event_says_what_the_cli_is_doing(line: bytes, last: str) -> None:
+    """The running list shows the CLI's last event, by type and a system event's subtype."""
+    progress = Progress()
+    before = time.time()
+    progress.add_line(line)
+    assert progress.last is not None
+    assert progress.last[0] == last
+    assert before <= progress.last[1] <= time.time()
