@@ -191,10 +191,12 @@ def create_app(settings: Settings, services: Services | None = None) -> Starlett
         await asyncio.to_thread(services.results.sweep)
         if services.results.callbacks is not None:
             services.results.callbacks.sweep_later()
+        await services.readiness.check()
         yield
         await services.registry.drain(settings.shutdown_grace_s)
         # Turns have answered; their results are being retained and sent (kept if not).
         await services.results.close(RECORDS_AT_EXIT_S)
+        services.spawn_files.close()
         services.reaper.uninstall(asyncio.get_running_loop())
 
     routes = [Route(e.path, e.handler, methods=[e.method]) for e in ENDPOINTS]

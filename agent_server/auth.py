@@ -2,7 +2,7 @@
 
 Fail closed: with no token configured and no explicit `AGENT_SERVER_INSECURE_NO_AUTH=1`,
 `resolve_controller_token` generates one and writes it to a 0600 file whose path
-(never the value) is logged.
+(never the value) is logged; a later start uses the one that file holds.
 """
 
 from __future__ import annotations
@@ -10,20 +10,25 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import os
 import secrets
 from pathlib import Path
 
 from pydantic import SecretStr
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from agent_server.names import CONTROLLER_TOKEN_HEADER
-from agent_server.secret_file import write_secret_file
+from agent_server.models import secret_problem
+from agent_server.names import AUTHENTICATED_CONNECTION, CONTROLLER_TOKEN_HEADER
+from agent_server.secret_file import check_dir, open_bounded, write_secret_file
 
 logger = logging.getLogger("agent_server.auth")
 
 HEADER = CONTROLLER_TOKEN_HEADER.lower().encode()
 EXEMPT_PATHS = frozenset({"/health", "/metrics"})
 _UNAUTHORIZED = json.dumps({"detail": "Unauthorized"}).encode()
+GENERATED_TOKEN_MIN_CHARS = 32
+"""A generated token is 43 characters; a file holding less was not generated here."""
+GENERATED_TOKEN_MAX_BYTES = 1024
 
 
 def resolve_controller_token(
@@ -38,8 +43,16 @@ def resolve_controller_token(
         return None
     if configured is not None:
         return configured
-    generated = SecretStr(secrets.token_urlsafe(32))
     path = state_dir / "agent-auth-token"
+    kept = _generated_before(path)
+    if kept is not None:
+        logger.warning(
+            "TRINITY_AGENT_AUTH_TOKEN is not set: using the controller token generated "
+            "before, in %s (0600)",
+            path,
+        )
+        return kept
+    generated = SecretStr(secrets.token_urlsafe(32))
     try:
         state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         write_secret_file(path, generated.get_secret_value())
@@ -52,8 +65,29 @@ def resolve_controller_token(
     return generated
 
 
+def _generated_before(path: Path) -> SecretStr | None:
+    """The token a previous start generated, if the file holds one: the same token across
+    restarts, so a `T=$(cat …)` of the README keeps working."""
+    try:
+        check_dir(path.parent)
+        fd, st = open_bounded(path, GENERATED_TOKEN_MAX_BYTES)
+        with os.fdopen(fd, "rb") as handle:
+            value = handle.read(GENERATED_TOKEN_MAX_BYTES).decode("ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    private = st.st_uid == os.geteuid() and not st.st_mode & 0o077
+    if not private or len(value) < GENERATED_TOKEN_MIN_CHARS or secret_problem(value):
+        return None  # not ours, shown to others, or not a token: a new one is generated
+    return SecretStr(value)
+
+
 class ControllerAuth:
-    """ASGI middleware: every route but /health, /metrics and OPTIONS needs the token."""
+    """ASGI middleware: every route but /health, /metrics and OPTIONS needs the token.
+
+    A request that carries the token (on any route; every request when authentication
+    is off) marks its connection as the controller's: it keeps its slot at the
+    connection cap (contract §8, Slow clients).
+    """
 
     def __init__(self, app: ASGIApp, token: SecretStr | None) -> None:
         self.app = app
@@ -61,13 +95,14 @@ class ControllerAuth:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Answer 401 unless the request is exempt or carries the right token."""
-        if (
-            scope["type"] != "http"
-            or self._expected is None
-            or scope["method"] == "OPTIONS"
-            or scope["path"] in EXEMPT_PATHS
-            or self._authorized(scope)
-        ):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if self._expected is None or self._authorized(scope):
+            _mark_authenticated(scope)
+            await self.app(scope, receive, send)
+            return
+        if scope["method"] == "OPTIONS" or scope["path"] in EXEMPT_PATHS:
             await self.app(scope, receive, send)
             return
         await send(
@@ -90,3 +125,9 @@ class ControllerAuth:
                 presented = value
                 break
         return hmac.compare_digest(presented, self._expected)
+
+
+def _mark_authenticated(scope: Scope) -> None:
+    extension = (scope.get("extensions") or {}).get(AUTHENTICATED_CONNECTION)
+    if extension is not None:  # served by the guarded protocol (not by an in-process client)
+        extension["mark"]()

@@ -25,21 +25,38 @@ The response's writes are held and written together when the response completes
 (or, for a response still streaming, at the end of the loop's step); past 64 KiB
 they are written as they are, since joining them would copy the answer.
 
+One more deadline runs beside the phases: a client that stops reading its answer
+(the transport holds more than its high-water mark of it, so it paused our writes)
+for `SEND_TIMEOUT_S` is reset. That also ends a live-event stream nobody reads.
+
 When a deadline passes the connection is closed; a client that was sending its body
-makes the app see a disconnect. Over `ClientLimits.max_connections` open
-connections, a new one is closed at once. Either way the client gets no HTTP answer:
-never a 503 or a 429, which the controller would act on.
+makes the app see a disconnect. Either way the client gets no HTTP answer: never a
+503 or a 429, which the controller would act on.
+
+The connection cap keeps room for the controller, which may share the loopback with
+the agent. A connection is *anonymous* until a request on it carries the controller
+token (the auth middleware calls `mark()` of the `AUTHENTICATED_CONNECTION` scope
+extension); from then on it keeps its slot (up to `max_connections` authenticated
+connections). At `ClientLimits.max_connections` anonymous connections, a new one
+resets the oldest anonymous one, whatever it is doing: idle connections cannot keep
+anyone out, and neither can anonymous answers left unread (the only ones are /health,
+/metrics and 401s, each answered at once).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import logging
+import socket
+import struct
 from dataclasses import dataclass
 from typing import Any, ClassVar, cast
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from agent_server.names import AUTHENTICATED_CONNECTION
 
 logger = logging.getLogger("agent_server.client_limits")
 
@@ -47,6 +64,8 @@ HEADER_TIMEOUT_S = 10.0
 """From a connection's start (or its last response's end) until a request's headers are in."""
 BODY_TIMEOUT_S = 30.0
 """From a request's headers until its whole body is in (16 MiB at most: >= 560 KB/s)."""
+SEND_TIMEOUT_S = 30.0
+"""How long a client may leave its answer unread (our writes paused) before it is reset."""
 MIN_CONNECTIONS = 256
 """The connection cap never goes below this."""
 CONNECTIONS_PER_TURN = 4
@@ -57,17 +76,20 @@ held: the read that started the head is not counted)."""
 
 
 def connection_cap(max_parallel: int) -> int:
-    """How many connections may be open at once for `max_parallel` turn slots."""
+    """How many anonymous connections (and as many authenticated) may be open at once for
+    `max_parallel` turn slots."""
     return max(MIN_CONNECTIONS, CONNECTIONS_PER_TURN * max_parallel)
 
 
 @dataclass(frozen=True)
 class ClientLimits:
-    """The deadlines of a request's headers and body, and the connection cap."""
+    """The deadlines of a request's headers and body and of an unread answer, and the
+    connection cap (of anonymous connections, and of authenticated ones)."""
 
     header_timeout_s: float = HEADER_TIMEOUT_S
     body_timeout_s: float = BODY_TIMEOUT_S
     max_connections: int = MIN_CONNECTIONS
+    send_timeout_s: float = SEND_TIMEOUT_S
 
     @classmethod
     def for_max_parallel(cls, max_parallel: int) -> ClientLimits:
@@ -83,54 +105,70 @@ class Phase(enum.Enum):
     APP = "app"
 
 
-class _CapState:
-    """Whether new connections are being refused now, and how many so far (one log a spell)."""
+class _Slots:
+    """The open connections by standing, and how many were closed to make room."""
 
     def __init__(self) -> None:
-        self.refused = 0
+        self.anonymous: dict[GuardedProtocol, None] = {}
+        """Connections no request has yet proved the controller token on, oldest first."""
+        self.authenticated: set[GuardedProtocol] = set()
+        self.closed = 0
+        """Anonymous connections closed to make room since the cap was reached (one log a spell)."""
 
 
 class GuardedProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with the header and body deadlines, the head's size
-    bound and the connection cap.
+    """uvicorn's httptools protocol with the header, body and send deadlines, the head's
+    size bound and the connection cap.
 
     Use `guarded_protocol(limits)`: it binds the limits to a subclass of this.
     """
 
     limits: ClassVar[ClientLimits] = ClientLimits()
-    _cap: ClassVar[_CapState] = _CapState()
+    _slots: ClassVar[_Slots] = _Slots()
 
     _phase: Phase | None = None
     _timer: asyncio.TimerHandle | None = None
-    _refused: bool = False
+    _unread: asyncio.TimerHandle | None = None
     _head_open: bool = False
     _head_bytes: int = 0
 
     @property
     def phase(self) -> Phase | None:
-        """The connection's phase (None once it is closed, or when it was refused)."""
+        """The connection's phase (None once it is closed)."""
         return self._phase
 
+    @property
+    def authenticated(self) -> bool:
+        """Whether a request on this connection proved the controller token (it keeps its slot)."""
+        return self in self._slots.authenticated
+
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        """Refuse the connection over the cap; otherwise start the header deadline."""
-        if len(self.connections) >= self.limits.max_connections:
-            self._refuse(transport)
-            return
-        if self._cap.refused:
+        """At the cap, close the oldest anonymous connection; start the header deadline."""
+        slots = self._slots
+        if len(slots.anonymous) >= self.limits.max_connections:
+            self._make_room()
+        elif slots.closed:
             logger.warning(
-                "accepting connections again; %d were closed at the cap of %d",
-                self._cap.refused,
-                self.limits.max_connections,
+                "below the connection cap again: %d connections without the controller token "
+                "were closed to make room",
+                slots.closed,
             )
-            self._cap.refused = 0
+            slots.closed = 0
         super().connection_made(transport)  # type: ignore[arg-type]
+        slots.anonymous[self] = None
         self._enter(Phase.HEADERS)
 
+    def mark_authenticated(self) -> None:
+        """A request on this connection proved the controller token: it keeps its slot
+        (while the authenticated connections are under their cap)."""
+        slots = self._slots
+        if self in slots.anonymous and len(slots.authenticated) < self.limits.max_connections:
+            del slots.anonymous[self]
+            slots.authenticated.add(self)
+
     def data_received(self, data: bytes) -> None:
-        """uvicorn's (unless this connection was refused), then follow the request; a
-        head that grows past `MAX_HEAD_BYTES` unfinished is a 400."""
-        if self._refused:
-            return
+        """uvicorn's, then follow the request; a head that grows past `MAX_HEAD_BYTES`
+        unfinished is a 400."""
         open_before = self._head_open
         super().data_received(data)
         if self._head_open and open_before and not self.transport.is_closing():
@@ -145,8 +183,10 @@ class GuardedProtocol(HttpToolsProtocol):
         self._follow()
 
     def on_message_begin(self) -> None:
-        """uvicorn's; a head starts."""
+        """uvicorn's (a request's scope, which gets the `mark()` of this connection); a
+        head starts."""
         super().on_message_begin()
+        self.scope["extensions"] = {AUTHENTICATED_CONNECTION: {"mark": self.mark_authenticated}}
         self._head_open, self._head_bytes = True, 0
 
     def on_headers_complete(self) -> None:
@@ -164,22 +204,61 @@ class GuardedProtocol(HttpToolsProtocol):
         super().on_response_complete()
         self._follow()
 
-    def connection_lost(self, exc: Exception | None) -> None:
-        """Stop the timer; uvicorn's own bookkeeping, unless the connection was refused."""
-        self._stop()
-        if not self._refused:
-            super().connection_lost(exc)
+    def pause_writing(self) -> None:
+        """uvicorn's (the answer waits); the client has `send_timeout_s` to read some of it."""
+        super().pause_writing()
+        if self._unread is None:
+            self._unread = self.loop.call_later(self.limits.send_timeout_s, self._unread_expired)
 
-    def _refuse(self, transport: asyncio.BaseTransport) -> None:
-        self._refused = True
-        self.transport = transport  # type: ignore[assignment]
-        transport.abort()  # type: ignore[attr-defined]
-        if not self._cap.refused:
+    def resume_writing(self) -> None:
+        """uvicorn's (the client read); no send deadline until the next pause."""
+        super().resume_writing()
+        self._stop_unread()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        """Stop the timers and give up the slot; uvicorn's own bookkeeping."""
+        self._stop()
+        self._stop_unread()
+        self._slots.anonymous.pop(self, None)
+        self._slots.authenticated.discard(self)
+        super().connection_lost(exc)
+
+    def _make_room(self) -> None:
+        slots = self._slots
+        oldest = next(iter(slots.anonymous))
+        del slots.anonymous[oldest]
+        if not slots.closed:
             logger.warning(
-                "%d connections are open, the cap: closing new connections until one ends",
+                "%d connections without the controller token are open, the cap: "
+                "each new connection closes the oldest of them",
                 self.limits.max_connections,
             )
-        self._cap.refused += 1
+        slots.closed += 1
+        oldest._reset()
+
+    def _unread_expired(self) -> None:
+        self._unread = None
+        logger.info(
+            "closed a connection from %s: it read none of its answer for %g s",
+            _address(self.client),
+            self.limits.send_timeout_s,
+        )
+        self._reset()
+
+    def _stop_unread(self) -> None:
+        if self._unread is not None:
+            self._unread.cancel()
+            self._unread = None
+
+    def _reset(self) -> None:
+        # A reset, not a close: a close would leave the kernel still trying to deliver
+        # what is left of our answer to a client that does not read it.
+        with contextlib.suppress(OSError, AttributeError):
+            linger = struct.pack("ii", 1, 0)
+            self.transport.get_extra_info("socket").setsockopt(
+                socket.SOL_SOCKET, socket.SO_LINGER, linger
+            )
+        self.transport.abort()
 
     def _current(self) -> Phase:
         cycle = self.cycle
@@ -279,6 +358,6 @@ def guarded_protocol(limits: ClientLimits) -> type[GuardedProtocol]:
 
     class BoundGuardedProtocol(GuardedProtocol):
         limits = bound
-        _cap = _CapState()
+        _slots = _Slots()
 
     return BoundGuardedProtocol

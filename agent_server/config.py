@@ -18,6 +18,7 @@ from pydantic import SecretStr
 
 from agent_server.errors import ConfigError
 from agent_server.logs import choose_log_format
+from agent_server.names import BYPASS_PERMISSIONS
 from agent_server.runtimes import RUNTIME_NAMES, adapter_for
 from agent_server.spawn_user import SPAWN_USER_VARIABLE, SpawnUser, resolve_spawn_user
 
@@ -91,7 +92,7 @@ class Settings:
             ),
             env_file=Path(environ.get("AGENT_SERVER_ENV_FILE") or agent_home / ".env"),
             workdir=Path(environ.get("AGENT_SERVER_WORKDIR") or agent_home),
-            permission_mode=environ.get("AGENT_SERVER_PERMISSION_MODE", "bypassPermissions"),
+            permission_mode=environ.get("AGENT_SERVER_PERMISSION_MODE", BYPASS_PERMISSIONS),
             max_parallel=_integer(environ, "AGENT_SERVER_MAX_PARALLEL", 32, minimum=1),
             shutdown_grace_s=_number(environ, "AGENT_SERVER_SHUTDOWN_GRACE_S", 30.0),
             max_log_bytes=_integer(environ, "AGENT_SERVER_MAX_LOG_BYTES", 8 * 1024 * 1024),

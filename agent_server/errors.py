@@ -4,6 +4,7 @@
     ├── ConfigError            a bad setting at boot: one line, exit non-zero
     └── ApiError               answered over HTTP as {"detail": {"error_code", "message"}}
         ├── TokenRequired          400 token_required
+        ├── TokenInvalid           400 token_invalid
         ├── GenerationMismatch     409 generation_mismatch
         ├── PersistFailed          500 persist_failed (nothing changed in memory)
         ├── ExecutionInProgress    409 execution_in_progress
@@ -63,6 +64,13 @@ class TokenRequired(ApiError):
 
     status = 400
     error_code = "token_required"
+
+
+class TokenInvalid(ApiError):
+    """The reload request's token cannot be a credential (contract §4.4)."""
+
+    status = 400
+    error_code = "token_invalid"
 
 
 class GenerationMismatch(ApiError):

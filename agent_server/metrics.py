@@ -53,7 +53,7 @@ class Metrics:
 
         self.callbacks = Counter(
             "agent_server_result_callbacks",
-            "Async turns' result callbacks by result (delivered, rejected, kept).",
+            "Async turns' result callbacks by result (delivered, rejected, kept, lost).",
             ["result"],
             registry=self.registry,
         )

@@ -23,14 +23,17 @@ from pydantic import (
 from agent_server.names import AuthOverrideKind, Layer
 
 MAX_TOKEN_BYTES = 4096
+MIN_TOKEN_CHARS = 20
+"""Shorter than any real Claude token (an OAuth token is over 100 characters)."""
 _UNSAFE_CHARS = re.compile(r"[\s\x00-\x1f\x7f]")
 _ARG_VALUE = r"^[A-Za-z0-9][A-Za-z0-9._:/@\[\]()*,+=-]{0,255}$"
 """A value that goes into argv: never empty, never starting with '-'."""
 EXECUTION_ID_PATTERN = r"^[A-Za-z0-9_-]{1,128}$"
 
 
-def token_problem(value: str) -> str | None:
-    """Why `value` is not a usable token, or None: the one token rule (contract §3, §4.4)."""
+def secret_problem(value: str) -> str | None:
+    """Why `value` cannot be a secret a spawn is handed, or None: not empty, no whitespace
+    or control character inside, at most `MAX_TOKEN_BYTES` (contract §6.2)."""
     if not value:
         return "must not be empty"
     if _UNSAFE_CHARS.search(value):
@@ -40,16 +43,26 @@ def token_problem(value: str) -> str | None:
     return None
 
 
+def token_problem(value: str) -> str | None:
+    """Why `value` cannot be a subscription token, or None: the reload-token rule, which
+    the override file must pass too (contract §3, §4.4). A secret of printable ASCII (as
+    every token is) of at least `MIN_TOKEN_CHARS`: no placeholder such as
+    `sk-ant-oat01-…`, no `hello`, is ever persisted as the credential."""
+    problem = secret_problem(value)
+    if problem is not None:
+        return problem
+    if not value.isascii():
+        return "must be printable ASCII: a placeholder such as `sk-ant-oat01-…` is no token"
+    if len(value) < MIN_TOKEN_CHARS:
+        return f"must be at least {MIN_TOKEN_CHARS} characters: shorter than any real token"
+    return None
+
+
 def _check_secret(value: SecretStr) -> SecretStr:
-    problem = token_problem(value.get_secret_value())
+    problem = secret_problem(value.get_secret_value())
     if problem is not None:
         raise ValueError(problem)
     return value
-
-
-def _check_reload_token(value: SecretStr) -> SecretStr:
-    # An empty or all-whitespace token is a 400 token_required, decided by the route.
-    return value if not value.get_secret_value().strip() else _check_secret(value)
 
 
 def exactly_one_property(schema: dict[str, Any]) -> None:
@@ -85,6 +98,16 @@ _SECRET_SCHEMA = WithJsonSchema(
     }
 )
 Secret = Annotated[SecretStr, AfterValidator(_check_secret), _SECRET_SCHEMA]
+_TOKEN_SCHEMA = WithJsonSchema(
+    {
+        "type": "string",
+        "format": "password",
+        "writeOnly": True,
+        "minLength": MIN_TOKEN_CHARS,
+        "maxLength": MAX_TOKEN_BYTES,
+        "pattern": "^[!-~]+$",  # printable ASCII, no blank: the token rule (`token_problem`)
+    }
+)
 """A credential: non-empty, no whitespace or control characters, at most 4096 bytes."""
 PromptText = Annotated[str, Field(pattern=r"^[^\x00]*$")]
 """Text that goes into argv: anything but NUL, which no argv element can hold."""
@@ -102,8 +125,9 @@ class Strict(BaseModel):
 class ReloadTokenRequest(Strict):
     """`POST /api/credentials/reload-token`."""
 
-    # The schema asks for a non-blank token; a blank one is answered 400 token_required.
-    token: Annotated[SecretStr, AfterValidator(_check_reload_token), _SECRET_SCHEMA]
+    # The schema says what a token is; the route answers a blank one 400 token_required,
+    # anything else that cannot be a token 400 token_invalid.
+    token: Annotated[SecretStr, _TOKEN_SCHEMA]
     remove_api_key: bool = False
     expected_generation: int | None = None
 
@@ -186,7 +210,9 @@ class Capabilities(BaseModel):
     auth_override: list[AuthOverrideKind]
     """The `auth_override` kinds this runtime takes (none for Codex and Gemini CLI)."""
     turn_options: list[str]
-    """The optional turn fields this runtime honours; asking for another is a 422."""
+    """The optional turn fields this runtime honours."""
+    not_enforced: list[str] = []
+    """The turn fields it takes without enforcing them; asking for any other is a 422."""
     reload_token: bool = True
     credential_status: bool = True
 
@@ -195,6 +221,8 @@ class Health(BaseModel):
     """`GET /health`: always 200 while serving; the body says what is wrong."""
 
     status: Literal["ok", "degraded"]
+    problems: list[str] = []
+    """Why no turn can run here (`degraded`): names of variables and files, never values."""
     agent_name: str
     runtime: str
     runtime_available: bool

@@ -54,12 +54,18 @@ own gateway mode only and never becomes the bearer sent to `ANTHROPIC_BASE_URL`.
 CONTROLLER_TOKEN = "TRINITY_AGENT_AUTH_TOKEN"  # noqa: S105 - a variable name
 EXECUTION_ID = "TRINITY_EXECUTION_ID"
 
+BYPASS_PERMISSIONS = "bypassPermissions"
+"""The default permission mode: no tool call waits for an approval (contract §1)."""
+
 CONTROLLER_TOKEN_HEADER = "X-Trinity-Agent-Token"  # noqa: S105 - a header name
 AUTH_OVERRIDE_HEADER = "X-Trinity-Auth-Override"
 CALLBACK_SIGNATURE_HEADER = "X-Agent-Server-Signature"
 """`t=<unix time>,v1=<hex>`: HMAC-SHA256 of `<t>.<body>` under the callback key (§6.8)."""
 CALLBACK_KEY_LABEL = b"agent-server callback signature v1"
 """The callback key is HMAC-SHA256 of this label under the controller token."""
+AUTHENTICATED_CONNECTION = "agent_server.authenticated_connection"
+"""The ASGI scope extension whose `mark()` tells the connection guard that a request on
+this connection carried the controller token (contract §8, Slow clients)."""
 
 Layer = Literal["baseline", "env_file", "override", "per_spawn"]
 """Where a spawn's variable came from (contract §4.2)."""

@@ -7,6 +7,7 @@ Nothing here is a module global, so every test builds its own.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from pydantic import SecretStr
@@ -18,7 +19,9 @@ from agent_server.credentials.state import CredentialState
 from agent_server.credentials.store import CredentialStore, overrides_secrets
 from agent_server.execution.chat_session import ChatSession
 from agent_server.execution.process_group import Reaper
+from agent_server.execution.readiness import Readiness
 from agent_server.execution.registry import Registry
+from agent_server.execution.spawn_files import SpawnFiles
 from agent_server.execution.turn import TurnRunner
 from agent_server.metrics import Metrics
 from agent_server.names import CONTROLLER_TOKEN, is_credential_name
@@ -48,6 +51,8 @@ class Services:
     reaper: Reaper
     results: Results
     turns: TurnRunner
+    spawn_files: SpawnFiles
+    readiness: Readiness
     controller_token: SecretStr | None
 
     @classmethod
@@ -103,6 +108,7 @@ class Services:
         results = Results(
             RetainedResults(settings.state_dir / "results"), redactor, metrics, callbacks
         )
+        spawn_files = SpawnFiles.for_server() if serving else SpawnFiles(None)
         turns = TurnRunner(
             adapter=adapter,
             store=store,
@@ -116,6 +122,7 @@ class Services:
             max_log_bytes=settings.max_log_bytes,
             reaper=reaper,
             results=results,
+            spawn_files=spawn_files,
             launcher=settings.spawn_user.launcher(settings.workdir) if settings.spawn_user else (),
         )
         return cls(
@@ -130,5 +137,13 @@ class Services:
             reaper=reaper,
             results=results,
             turns=turns,
+            spawn_files=spawn_files,
+            readiness=Readiness(
+                adapter,
+                store,
+                spawn_envs,
+                permission_mode=settings.permission_mode,
+                spawn_uid=settings.spawn_user.uid if settings.spawn_user else os.geteuid(),
+            ),
             controller_token=controller_token,
         )

@@ -223,6 +223,8 @@ class TurnMetadata(BaseModel):
     rate_limit: RateLimitReading | None = None
     """The provider's last rate-limit reading of the turn (Claude Code reports one on every
     turn whose API answers carry it), success or failure; null when there was none."""
+    not_enforced: list[str] = []
+    """Asked turn fields the runtime took without enforcing them (contract §6.1)."""
 
 
 class ChatContext(BaseModel):
@@ -255,6 +257,13 @@ class RunningExecution(BaseModel):
     auth_route: AuthRoute
     generation: int
     state: Literal["queued", "running"]
+    last_event: str | None = None
+    """The CLI's last event: its `type`, or `type/subtype` for a system event
+    (`system/api_retry` while the CLI retries the API itself); null before the first."""
+    last_event_at: str | None = None
+    """When that event came (ISO 8601, UTC)."""
+    last_event_age_s: float | None = None
+    """How long ago, in seconds (a turn with nothing new for long is a stuck one)."""
 
 
 class RunningExecutions(BaseModel):

@@ -6,6 +6,7 @@ docs/controller.md is the guide.
 
     client.py      AgentClient: every route, typed answers, live events
     errors.py      the one exception tree, and the one mapping of a non-2xx answer
+    callbacks.py   signed_by_server: a result callback the server signed, not the agent
     pool_file.py   the pool file (TOML): credentials and where their secrets are
     standing.py    how a credential stands now (pure): throttled, failed recently, headroom
     rungs.py       the ladder a turn may still try (pure)

@@ -145,6 +145,7 @@ class AuthRefused(CredentialRefused):
 
 _BY_CODE: dict[str, type[AgentError]] = {
     "token_required": RequestRejected,
+    "token_invalid": RequestRejected,
     "payload_too_large": RequestRejected,
     "spawn_too_large": RequestRejected,
     "method_not_allowed": RequestRejected,

@@ -34,7 +34,7 @@ from pydantic import SecretStr
 
 from agent_server.controller.errors import PoolFileError
 from agent_server.controller.pool_state import CREDENTIAL_KINDS, CredentialInfo, CredentialKind
-from agent_server.models import check_url, token_problem
+from agent_server.models import check_url, secret_problem
 from agent_server.turn_models import AuthOverride, ProviderOverride
 
 CREDENTIAL_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -204,7 +204,7 @@ def _secret(where: str, entry: dict[str, Any], environ: Mapping[str, str], base:
     else:
         msg = f"{where}: secret_env and secret_file are strings"
         raise PoolFileError(msg)
-    problem = token_problem(value)
+    problem = secret_problem(value)
     if problem is not None:
         msg = f"{where}: the secret in {source} {problem}"
         raise PoolFileError(msg)

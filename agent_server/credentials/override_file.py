@@ -46,9 +46,11 @@ class OverrideFile:
         self.path = path
 
     def prepare(self) -> None:
-        """Create the state dir (0700) when missing and remove temp leftovers."""
+        """Create the state dir (0700) when missing and remove the temp files a crashed
+        write left in it (of this file, the generated controller token, the chat session
+        id: `results/` and `pending-results/` sweep their own)."""
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        for leftover in self.path.parent.glob(f"{self.path.name}.tmp.*"):
+        for leftover in self.path.parent.glob("*.tmp.*"):
             with contextlib.suppress(OSError):
                 leftover.unlink()
                 logger.warning("removed a leftover temp file %s", leftover.name)

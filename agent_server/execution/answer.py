@@ -53,6 +53,8 @@ class FinishedTurn:
     session_reset: bool = False
     chat: bool = False
     """An `/api/chat` turn: its answer carries the `session` context."""
+    not_enforced: tuple[str, ...] = ()
+    """The asked turn fields its runtime took without enforcing them."""
 
 
 @dataclass(frozen=True)
@@ -103,6 +105,7 @@ def build_answer(outcome: Outcome, turn: FinishedTurn, now: datetime) -> TurnAns
         log_truncated=turn.transcript.truncated,
         session_reset=turn.session_reset,
         rate_limit=stream.rate_limit,
+        not_enforced=list(turn.not_enforced),
     )
     log = _events(turn.transcript)
     if outcome.kind in (OutcomeKind.SUCCESS, OutcomeKind.CANCELLED):

@@ -5,8 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from agent_server.errors import RequestInvalid
 from agent_server.execution.chat_session import ChatSession
 from agent_server.execution.registry import Execution
+from agent_server.runtimes.base import RuntimeAdapter
 from agent_server.spawn_env.per_spawn import SpawnCredential
 from agent_server.turn_models import AuthOverride, ImageInput
 
@@ -41,6 +43,30 @@ class TurnAsk:
             "images": self.images is not None,
         }
         return [name for name, given in asked.items() if given]
+
+    def refused_by(self, adapter: RuntimeAdapter) -> list[str]:
+        """The asked fields `adapter` neither honours nor runs without (contract §6.1)."""
+        taken = adapter.honours | adapter.not_enforced
+        return [name for name in self.options_asked() if name not in taken]
+
+    def refuse_unhonoured(self, adapter: RuntimeAdapter) -> None:
+        """422 naming each asked field `adapter` can neither honour nor run without
+        (nothing is spawned); a field it takes unenforced is no refusal (contract §6.1)."""
+        if refused := self.refused_by(adapter):
+            raise RequestInvalid(
+                [
+                    {
+                        "type": "unsupported_by_runtime",
+                        "loc": ["body", name],
+                        "msg": f"{name} is not supported by runtime {adapter.name}",
+                    }
+                    for name in refused
+                ]
+            )
+
+    def unenforced_by(self, adapter: RuntimeAdapter) -> tuple[str, ...]:
+        """The asked fields `adapter` takes without enforcing them."""
+        return tuple(name for name in self.options_asked() if name in adapter.not_enforced)
 
 
 @dataclass

@@ -101,11 +101,13 @@ class Evidence:
     status: int | None
 
     @classmethod
-    def of_stream(cls, stream: TurnStream) -> Evidence:
-        """The stream's own codes and status; else the last api_retry's reason."""
+    def of_stream(cls, stream: TurnStream, exit_status: int | None = None) -> Evidence:
+        """The stream's own codes and status (else the HTTP status the CLI's exit code
+        carries); else the last api_retry's reason."""
+        status = stream.api_error_status
         primary = cls(
             codes=_lowered([*stream.error_codes, stream.api_error, stream.api_error_type]),
-            status=stream.api_error_status,
+            status=status if status is not None else exit_status,
         )
         if primary.codes or primary.status is not None or not stream.api_retries:
             return primary

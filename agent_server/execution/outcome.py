@@ -7,19 +7,18 @@ trustworthy first:
 
 1. structured stream fields (assistant `error`, `api_error` / `api_error_type`,
    result `is_error` / `api_error_status` / `terminal_reason`, `rate_limit_event`;
-   an `api_retry` only when the result is an error and carries no fact of its own);
-2. the exit status (signals; the runtime's own exit codes);
+   an `api_retry` only when the result is an error and carries no fact of its own;
+   the HTTP status a runtime's exit code carries, when the stream gives none);
+2. the runtime's own error texts, then its exit status (signals, its exit codes);
 3. text markers, read ONLY on error channels (`stream.error_texts`, stderr), never on
    the model's prose or tool output, which may mention "401" or "rate limit".
 
 The controller switches credentials on 429 and on 503/401/403/402, and also scans
-error text for auth words, so a non-auth message is scrubbed of them.
+error text for auth words, so a message is shaped for it (`execution.wording`).
 """
 
 from __future__ import annotations
 
-import functools
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -39,6 +38,7 @@ from agent_server.execution.evidence import (
 )
 from agent_server.execution.resets import format_instant, parse_resets_at
 from agent_server.execution.runner import ProcessFacts
+from agent_server.execution.wording import MODEL_REJECTION_PREFIX, shape_message, telling_text
 from agent_server.names import OutcomeKind
 from agent_server.runtimes.base import OutcomeHints
 from agent_server.runtimes.events import one_of
@@ -81,62 +81,6 @@ ERROR_STATUSES: frozenset[int] = frozenset(STATUS_BY_ERROR_CODE.values())
 # Row 1's exact message for a missing runtime, whatever the runtime: the controller
 # matches this literal to tell a container fault from auth (both travel as 503).
 UNAVAILABLE_MESSAGE = "Claude Code is not available in this container"
-
-# The words the controller scans a failed turn's message for (Trinity's
-# failure_classifier): the auth words make it switch credentials (a billing message
-# keeps "credit balance", which is how older controller paths recognise billing),
-# and a model-rejection marker stops any switch, whatever the status. A message
-# keeps only the words of its own outcome; every other one is scrubbed out.
-AUTH_WORDS = (
-    "401",
-    "403",
-    "oauth",
-    "unauthorized",
-    "authentication",
-    "credentials",
-    "forbidden",
-    "token expired",
-    "not authenticated",
-)
-BILLING_WORDS = ("credit balance",)
-MODEL_REJECTION_MARKERS = (
-    "model unsupported:",
-    "does not support this model",
-    "[claude-code:unrecognized_model]",
-)
-MODEL_REJECTION_PREFIX = "Model unsupported: "
-"""Row 5's message starts with it: the marker the controller reads a rejection by."""
-_KEPT = {
-    OutcomeKind.AUTH: (*AUTH_WORDS, *BILLING_WORDS),
-    OutcomeKind.BILLING: BILLING_WORDS,
-    OutcomeKind.MODEL_UNSUPPORTED: MODEL_REJECTION_MARKERS,
-}
-_REPLACEMENTS = {
-    "401": "4xx",
-    "403": "4xx",
-    "oauth": "login",
-    "unauthorized": "denied",
-    "authentication": "sign-in",
-    "credentials": "login",
-    "forbidden": "denied",
-    "token expired": "session ended",
-    "not authenticated": "not signed in",
-    "credit balance": "account balance",
-    "model unsupported:": "model unsupported -",
-    "does not support this model": "cannot use this model",
-    "[claude-code:unrecognized_model]": "[unrecognized model]",
-}
-
-
-@functools.cache
-def _scrub_pattern(kind: OutcomeKind) -> re.Pattern[str]:
-    """The controller words a message of `kind` must not hold."""
-    kept = _KEPT.get(kind, ())
-    banned = [word for word in _REPLACEMENTS if word not in kept]
-    return re.compile("|".join(re.escape(word) for word in banned), re.IGNORECASE)
-
-
-_MAX_MESSAGE_CHARS = 500
 
 
 @dataclass(frozen=True)
@@ -221,14 +165,16 @@ def classify_outcome(
             f"{label} was killed ({_exit_phrase(facts.exit_code)}), possibly out of memory",
         )
 
-    evidence = Evidence.of_stream(stream)
+    exit_status = hints.exit_statuses.get(facts.exit_code) if facts.exit_code is not None else None
+    evidence = Evidence.of_stream(stream, exit_status)
     kind = (
         _by_structure(stream, facts, evidence, hints)
+        or _by_markers(error_texts, hints.error_markers)
         or _by_exit_status(facts.exit_code, hints)
         or _by_text(error_texts)
         or OutcomeKind.EXECUTION_ERROR
     )
-    return _build(kind, stream, facts, evidence, error_texts, label, now)
+    return _build(kind, stream, facts, evidence, error_texts, hints, now)
 
 
 def _by_structure(
@@ -261,6 +207,17 @@ def _by_exit_status(exit_code: int | None, hints: OutcomeHints) -> OutcomeKind |
     return hints.exit_codes.get(exit_code) if exit_code is not None else None
 
 
+def _by_markers(
+    error_texts: Sequence[str], markers: Sequence[tuple[str, OutcomeKind]]
+) -> OutcomeKind | None:
+    """Rows 5-10 on the runtime's own error texts (lower case), in its table's order."""
+    lowered = [text.lower() for text in error_texts]
+    for marker, kind in markers:
+        if any(marker in text for text in lowered):
+            return kind
+    return None
+
+
 def _by_text(error_texts: Sequence[str]) -> OutcomeKind | None:
     """Rows 5-10 on text markers of error channels only."""
     for pattern, kind in TEXT_MARKERS:
@@ -275,11 +232,12 @@ def _build(
     facts: ProcessFacts,
     evidence: Evidence,
     error_texts: Sequence[str],
-    label: str,
+    hints: OutcomeHints,
     now: datetime,
 ) -> Outcome:
     """The outcome of an error row, with its message and rate-limit facts."""
-    cli_text = _first_text(error_texts)
+    label = hints.label
+    cli_text = telling_text(error_texts, kind, hints.error_markers)
     resets_at: datetime | None = None
     rate_limit_type: str | None = None
     if kind is OutcomeKind.RATE_LIMIT:
@@ -295,6 +253,8 @@ def _build(
         OutcomeKind.MAX_TURNS: f"{label} stopped at the maximum number of turns",
     }.get(kind, f"{label} failed ({_exit_phrase(facts.exit_code)})")
     message = cli_text or fallback
+    if kind is OutcomeKind.CONTAINER_FAULT:  # the CLI refused its configuration (its exit code)
+        message = permission_bypass_message(f"{label} refuses to run here: {message}")
     if kind is OutcomeKind.RATE_LIMIT and resets_at is not None and cli_text is None:
         message = f"{fallback}; resets {format_instant(resets_at)}"
     if kind is OutcomeKind.MODEL_UNSUPPORTED:
@@ -328,37 +288,6 @@ def _outcome(
         rate_limit_type=rate_limit_type,
         message=shape_message(message, kind),
     )
-
-
-def _first_text(texts: Sequence[str]) -> str | None:
-    for text in texts:
-        if text.strip():
-            return text
-    return None
-
-
-def shape_message(message: str, kind: OutcomeKind) -> str:
-    """One short line, scrubbed of the controller's words that are not its outcome's.
-
-    A message keeps the words of its own outcome only (auth, billing, model
-    rejection) and loses the others'. Its input is already redacted (CLI output is
-    masked as it arrives): clipping can only cut a mask, never a secret.
-    """
-    line = _clip(" ".join(message.split()))
-    scrub = _scrub_pattern(kind)
-    # A replacement holds no banned word, but one next to the text around it could
-    # spell one anew: repeat until clean, a bounded number of times.
-    for _ in range(len(line) + 1):
-        if scrub.search(line) is None:
-            return _clip(line)
-        line = scrub.sub(lambda m: _REPLACEMENTS[m.group(0).lower()], line)
-    return "The turn failed"
-
-
-def _clip(line: str) -> str:
-    if len(line) <= _MAX_MESSAGE_CHARS:
-        return line
-    return line[: _MAX_MESSAGE_CHARS - 1] + "…"
 
 
 def _is_signal_exit(exit_code: int | None) -> bool:

@@ -8,7 +8,8 @@ it, the reset is read from the CLI's own error text:
   2025-12-03 at 07:32 UTC`;
 - Codex: `try again at 3:29 PM.`, `try again at Dec 3rd, 2025 3:29 PM.`,
   `try again in 2 days 3 hours 4 minutes.`;
-- Gemini CLI: `Your quota will reset after 1h49m8s.`
+- Gemini CLI: `Your quota will reset after 1h49m8s.`, and the Gemini API's own
+  `Please retry in 43.2s.` (`Suggested retry after 43s.`).
 
 A clock time already past rolls to its next occurrence (the CLI names the next
 reset, never a past one). An absolute instant in the past is stale and gives None:
@@ -102,6 +103,10 @@ _RESET_AFTER = re.compile(
     r"reset after\s+(?P<span>(?:\d+(?:\.\d+)?\s*[hms]\s*)+)(?![a-z])", re.IGNORECASE
 )
 _COMPACT_PART = re.compile(r"(\d+(?:\.\d+)?)\s*([hms])", re.IGNORECASE)
+_RETRY_IN = re.compile(
+    r"(?:please retry in|suggested retry after)\s+(?P<amount>\d{1,9}(?:\.\d+)?)\s*(?P<unit>ms|s)\b",
+    re.IGNORECASE,
+)
 
 _UNIT_SECONDS = {"day": 86400, "hour": 3600, "min": 60, "sec": 1, "h": 3600, "m": 60, "s": 1}
 
@@ -185,6 +190,7 @@ def _from_text(text: str, now: datetime) -> datetime | None:
         _try_again_at,
         _try_again_in,
         _reset_after,
+        _retry_in,
     )
     for parse in parsers:
         found = parse(text, now)
@@ -255,6 +261,15 @@ def _reset_after(text: str, now: datetime) -> datetime | None:
         float(amount) * _UNIT_SECONDS[unit.lower()]
         for amount, unit in _COMPACT_PART.findall(match["span"])
     )
+    return now + timedelta(seconds=seconds)
+
+
+def _retry_in(text: str, now: datetime) -> datetime | None:
+    """The Gemini API: `Please retry in 43.2s.`, relative to `now`."""
+    match = _RETRY_IN.search(text)
+    if match is None:
+        return None
+    seconds = float(match["amount"]) / (1000 if match["unit"].lower() == "ms" else 1)
     return now + timedelta(seconds=seconds)
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from agent_server.credentials.state import CredentialState, fingerprint
 from agent_server.credentials.store import CredentialStore
-from agent_server.errors import ApiError, RequestInvalid
+from agent_server.errors import ApiError
 from agent_server.execution.answer import (
     Draft,
     FinishedTurn,
@@ -37,6 +37,7 @@ from agent_server.execution.outcome import Outcome, cancelled, classify_outcome,
 from agent_server.execution.process_group import Reaper
 from agent_server.execution.registry import Execution, Registry
 from agent_server.execution.runner import ProcessFacts, run_process
+from agent_server.execution.spawn_files import SpawnFiles
 from agent_server.execution.transcript import Transcript
 from agent_server.logs import execution_id_var
 from agent_server.metrics import OTHER_LABEL, Metrics
@@ -88,6 +89,7 @@ class TurnRunner:
     max_log_bytes: int
     reaper: Reaper
     results: Results
+    spawn_files: SpawnFiles
     launcher: tuple[str, ...] = ()
     """The argv prefix that runs a spawn as the spawn user (`SpawnUser.launcher`), or none."""
 
@@ -103,8 +105,15 @@ class TurnRunner:
         the agent's chat: `queued` until the chat turn before it is done. The caller
         must `finish` an accepted turn.
         """
-        self.refuse_unhonoured(ask)
+        ask.refuse_unhonoured(self.adapter)
         execution_id = ask.execution_id or uuid.uuid4().hex
+        if unenforced := ask.unenforced_by(self.adapter):
+            logger.warning(
+                "runtime %s cannot enforce %s: the turn runs without it",
+                self.adapter.name,
+                ", ".join(unenforced),
+                extra={"execution_id": execution_id},
+            )
         override = ask.auth_override
         if override is not None and not self.adapter.supports_auth_override:
             logger.warning(
@@ -224,21 +233,6 @@ class TurnRunner:
         )
         return build_answer(outcome, finished, datetime.now(UTC))
 
-    def refuse_unhonoured(self, ask: TurnAsk) -> None:
-        """422 naming each asked field this runtime cannot honour (nothing is spawned)."""
-        refused = [name for name in ask.options_asked() if name not in self.adapter.honours]
-        if refused:
-            raise RequestInvalid(
-                [
-                    {
-                        "type": "unsupported_by_runtime",
-                        "loc": ["body", name],
-                        "msg": f"{name} is not supported by runtime {self.adapter.name}",
-                    }
-                    for name in refused
-                ]
-            )
-
     async def _run(
         self,
         ask: TurnAsk,
@@ -249,7 +243,8 @@ class TurnRunner:
         chat: bool = False,
     ) -> TurnAnswer:
         spawn = await self.spawn_envs.build(state.baseline, state.overrides, credential.layer)
-        env, handed = by_descriptor(spawn.env, self.adapter.credential_descriptors)
+        env = self.spawn_files.env_for(spawn.env, self.adapter.spawn_files(spawn.env))
+        env, handed = by_descriptor(env, self.adapter.credential_descriptors)
         for key in spawn.suppressed:
             # A label from a fixed set only: `.env` names are the agent's to choose.
             label = key if key in SUBSCRIPTION_SHADOW_KEYS else OTHER_LABEL
@@ -283,6 +278,7 @@ class TurnRunner:
                 transcript=attempt.transcript,
                 session_reset=attempt.session_reset,
                 chat=chat,
+                not_enforced=ask.unenforced_by(self.adapter),
             )
             outcome = self._classify(attempt, execution, spec, now)
             drafted = attempt.draft.answers(outcome, turn, attempt.lines) if attempt.draft else None

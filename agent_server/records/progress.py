@@ -6,6 +6,11 @@ line's own `type` (`system`, `assistant`, `user`, `rate_limit_event`, `result`, 
 `MAX_EVENT_BYTES` (a tool's whole output, say) is summed up as its type and size.
 The history is bounded (`MAX_EVENTS`, `MAX_HISTORY_BYTES`, oldest dropped first), so
 a late subscriber gets what is left of it, then live events, then `terminal`.
+
+The server's own event types (`SERVER_EVENT_TYPES`) are reserved: no CLI line is named
+with one, and a line a JSON reader could see one in, as a `type` of any object of it,
+is withheld (summed up as its size), so that neither a reader that takes the first of
+two keys nor a later redaction that masks part of the line can make it the server's.
 """
 
 from __future__ import annotations
@@ -15,14 +20,31 @@ import collections
 import itertools
 import json
 import re
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
 MAX_EVENTS = 1024
 MAX_HISTORY_BYTES = 256 * 1024
 MAX_EVENT_BYTES = 16 * 1024
 TERMINAL = "terminal"
+"""The last event of `…/events`: how the turn ended."""
+STREAM_END = "stream_end"
+"""The last event of `…/stream`, after the terminal (Trinity's shape)."""
+SERVER_EVENT_TYPES = frozenset({TERMINAL, STREAM_END})
+"""Only the server emits these: no CLI line is named with one or carries one."""
 _TYPE = re.compile(rb'"type"\s*:\s*"([A-Za-z0-9_.]{1,40})"')
+_SUBTYPE = re.compile(rb'"subtype"\s*:\s*"([A-Za-z0-9_.]{1,40})"')
+_JSON_SPACE = " \t\r\n\ufeff"
+
+
+def _last_event(name: str, line: bytes) -> str:
+    """`name`, or `name/subtype` for a system event (`system/api_retry`)."""
+    if name != "system":
+        return name
+    found = _SUBTYPE.search(line, 0, 512)
+    return f"{name}/{found.group(1).decode()}" if found else name
 
 
 @dataclass(frozen=True)
@@ -44,15 +66,25 @@ class Progress:
         self._wake: asyncio.Event | None = None
         """Set by the next event; made only when a subscriber waits (usually none does)."""
         self.closed = False
+        self.last: tuple[str, float] | None = None
+        """The CLI's last event (`type`, or `type/subtype` for a system event such as
+        `system/api_retry`) and when it came (`time.time()`): a turn stuck in its
+        CLI's own retries shows as such in the running list."""
 
     def add_line(self, line: bytes) -> None:
         """Record one (redacted) stdout line of the CLI."""
         found = _TYPE.search(line, 0, 512)
         name = found.group(1).decode() if found else "line"
+        if name in SERVER_EVENT_TYPES:
+            name = "line"
+        self.last = (_last_event(name, line), time.time())
         if len(line) > MAX_EVENT_BYTES:
             data = json.dumps({"type": name, "clipped": True, "bytes": len(line)})
         else:
             data = line.decode("utf-8", errors="replace")
+            if claims_server_type(data):
+                name = "line"
+                data = json.dumps({"type": name, "withheld": True, "bytes": len(line)})
         self._add(name, data)
 
     def close(self, terminal: dict[str, object]) -> None:
@@ -87,3 +119,35 @@ class Progress:
         wake, self._wake = self._wake, None
         if wake is not None:
             wake.set()
+
+
+def claims_server_type(data: str) -> bool:
+    """Whether a JSON reader could see one of `SERVER_EVENT_TYPES` as a `type` in `data`,
+    now or once a later redaction has masked part of it.
+
+    A mask adds only `[REDACTED]`: it cannot spell a reserved word nor start an object,
+    and it can bring a nested `type` to the top (by masking a brace) but not make one;
+    so a line that is no object, or that holds neither a reserved word nor a `\\u`
+    escape (which could spell one), is safe as it is. Any other is read, and refused
+    when it fails to parse or when any object in it has a reserved `type`.
+    """
+    if not data.lstrip(_JSON_SPACE).startswith("{"):
+        return False
+    if "\\u" not in data and not any(word in data for word in SERVER_EVENT_TYPES):
+        return False
+    try:
+        json.loads(data, object_pairs_hook=_refuse_server_type)
+    except (ValueError, RecursionError):
+        return True
+    return False
+
+
+class _ServerType(ValueError):
+    """An object of the line has a reserved `type`."""
+
+
+def _refuse_server_type(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    for key, value in pairs:
+        if key == "type" and isinstance(value, str) and value in SERVER_EVENT_TYPES:
+            raise _ServerType
+    return dict(pairs)

@@ -76,15 +76,19 @@ class Results:
         return envelope
 
     def unwritten(self, execution_id: str) -> dict[str, Any] | None:
-        """The record of `execution_id` settled but not on disk yet (to answer from)."""
-        return self._unwritten.get(execution_id)
+        """The record of `execution_id` settled but not on disk yet, as it will be written
+        but for the redaction the answer gate does (its log bounded: blocking work for a
+        large log, run it in a thread)."""
+        record = self._unwritten.get(execution_id)
+        return bound_log(record) if record is not None else None
 
     def reader(self, execution_id: str) -> RecordReader | None:
         """The retained record of `execution_id` on disk (blocking: run it in a thread)."""
         return self.retained.reader(execution_id)
 
     def get(self, execution_id: str) -> dict[str, Any] | None:
-        """The record of `execution_id`, parsed: from memory, else from disk (blocking)."""
+        """The record of `execution_id`, parsed: from memory, else from disk (blocking: for
+        tests and tools; the route streams the file)."""
         return self.unwritten(execution_id) or self.retained.get(execution_id)
 
     async def send(self, envelope: dict[str, Any], deadline: float) -> None:

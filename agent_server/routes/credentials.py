@@ -10,8 +10,8 @@ from starlette.responses import Response
 from agent_server.config import Settings
 from agent_server.credentials.status import credential_status, env_shadow
 from agent_server.credentials.store import CredentialStore
-from agent_server.errors import ApiError, RequestInvalid, TokenRequired
-from agent_server.models import ReloadTokenRequest, ReloadTokenResponse
+from agent_server.errors import ApiError, RequestInvalid, TokenInvalid, TokenRequired
+from agent_server.models import ReloadTokenRequest, ReloadTokenResponse, token_problem
 from agent_server.redaction import Redactor
 from agent_server.routes.requests import parse_json
 from agent_server.routes.respond import answer
@@ -50,9 +50,14 @@ async def _reload(request: Request) -> ReloadTokenResponse:
     redactor: Redactor = request.app.state.redactor
     spawn_envs: SpawnEnvBuilder = request.app.state.spawn_envs
     body = await parse_json(request, ReloadTokenRequest)
-    if not body.token.get_secret_value().strip():
+    token = body.token.get_secret_value()
+    if not token.strip():
         msg = "token is required"
         raise TokenRequired(msg)
+    problem = token_problem(token)
+    if problem is not None:
+        msg = f"token {problem}"
+        raise TokenInvalid(msg)
     redactor.add([body.token])
     result = await store.reload(
         body.token,
@@ -61,6 +66,7 @@ async def _reload(request: Request) -> ReloadTokenResponse:
     )
     state = result.state
     shadow = env_shadow(state, await spawn_envs.read_dotenv())
+    await request.app.state.readiness.check()  # /health follows the credential in force
     logger.info(
         "reload-token: changed=%s generation=%s fingerprint=%s env_shadow=%s",
         result.changed,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from datetime import UTC, datetime
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
@@ -14,7 +15,7 @@ from agent_server.errors import ApiError, NoRetainedResult
 from agent_server.execution.answer import TurnAnswer
 from agent_server.execution.ask import AcceptedTurn, TurnAsk
 from agent_server.execution.chat_session import ChatSession
-from agent_server.execution.registry import Registry
+from agent_server.execution.registry import Execution, Registry
 from agent_server.execution.timings import CALLBACK_LEASE_GRACE_S
 from agent_server.execution.turn import TurnRunner
 from agent_server.names import AUTH_OVERRIDE_HEADER
@@ -87,21 +88,28 @@ async def running(request: Request) -> Response:
     """The turns in flight and the ids that finished recently."""
     registry: Registry = request.app.state.registry
     listed = registry.running()
+    now = time.time()
     body = RunningExecutions(
-        executions=[
-            RunningExecution(
-                execution_id=e.execution_id,
-                started_at=e.started_at,
-                auth_route=e.auth_route,
-                generation=e.generation,
-                state=e.state,
-            )
-            for e in listed
-        ],
+        executions=[_listed(e, now) for e in listed],
         recently_completed_ids=registry.recently_completed(),
         pending_ids=[e.execution_id for e in listed if e.state == "queued"],
     )
     return answer(request, body.model_dump())
+
+
+def _listed(execution: Execution, now: float) -> RunningExecution:
+    """One row of the running list, with the CLI's last event and how old it is."""
+    last = execution.progress.last
+    return RunningExecution(
+        execution_id=execution.execution_id,
+        started_at=execution.started_at,
+        auth_route=execution.auth_route,
+        generation=execution.generation,
+        state=execution.state,
+        last_event=last[0] if last else None,
+        last_event_at=datetime.fromtimestamp(last[1], UTC).isoformat() if last else None,
+        last_event_age_s=round(max(0.0, now - last[1]), 3) if last else None,
+    )
 
 
 async def terminate(request: Request) -> Response:
@@ -120,7 +128,7 @@ async def result(request: Request) -> Response:
     if registry.holds(execution_id):
         msg = f"execution {execution_id} is running: its result is retained when it ends"
         raise NoRetainedResult(msg)
-    record = results.unwritten(execution_id)
+    record = await asyncio.to_thread(results.unwritten, execution_id)
     if record is not None:  # answered, its file not written yet: read your writes
         return answer(request, record)
     reader = await asyncio.to_thread(results.reader, execution_id)

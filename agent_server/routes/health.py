@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-
 from starlette.requests import Request
 from starlette.responses import Response
 
 from agent_server import __version__
 from agent_server.config import Settings
+from agent_server.execution.readiness import Readiness, runtime_available
 from agent_server.execution.registry import Registry
 from agent_server.metrics import CONTENT_TYPE, Metrics
 from agent_server.models import Capabilities, Health
@@ -18,21 +16,19 @@ from agent_server.routes.respond import answer, answer_text
 from agent_server.runtimes.base import TURN_OPTIONS, RuntimeAdapter
 
 
-def runtime_available(command: str) -> bool:
-    """True when the runtime command resolves to an executable file."""
-    if os.sep in command:
-        return os.path.isfile(command) and os.access(command, os.X_OK)
-    return shutil.which(command) is not None
-
-
 async def health(request: Request) -> Response:
     """Liveness and readiness: the body says what is wrong, the status stays 200."""
     settings: Settings = request.app.state.settings
     adapter: RuntimeAdapter = request.app.state.adapter
     registry: Registry = request.app.state.registry
+    readiness: Readiness = request.app.state.readiness
     available = runtime_available(settings.runtime_command)
+    problems = list(readiness.problems)
+    if not available:
+        problems.insert(0, "the runtime command (AGENT_SERVER_RUNTIME_COMMAND) is no executable")
     body = Health(
-        status="ok" if available else "degraded",
+        status="degraded" if problems else "ok",
+        problems=problems,
         agent_name=settings.agent_name,
         runtime=settings.runtime,
         runtime_available=available,
@@ -44,6 +40,7 @@ async def health(request: Request) -> Response:
         capabilities=Capabilities(
             auth_override=list(AUTH_OVERRIDE_KINDS) if adapter.supports_auth_override else [],
             turn_options=[name for name in TURN_OPTIONS if name in adapter.honours],
+            not_enforced=[name for name in TURN_OPTIONS if name in adapter.not_enforced],
         ),
     )
     return answer(request, body.model_dump())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 
 from starlette.requests import Request
@@ -9,10 +10,10 @@ from starlette.responses import Response
 
 from agent_server.errors import NotFound
 from agent_server.execution.registry import Registry
-from agent_server.records.progress import Progress
+from agent_server.records.progress import STREAM_END, Progress
 from agent_server.routes.respond import answer_events
 
-STREAM_END = '{"type":"stream_end"}'
+_STREAM_END_DATA = json.dumps({"type": STREAM_END}, separators=(",", ":"))
 
 
 async def events(request: Request) -> Response:
@@ -35,7 +36,7 @@ async def stream(request: Request) -> Response:
     async def unnamed() -> AsyncIterator[tuple[str | None, str, str | None]]:
         async for event in progress.follow():
             yield None, event.data, None
-        yield None, STREAM_END, None
+        yield None, _STREAM_END_DATA, None
 
     return answer_events(request, unnamed())
 

@@ -2,15 +2,18 @@
 
 An adapter owns every fact about its CLI: its names and default command, the argv
 of one turn (the prompt goes on stdin, never argv), which optional turn fields it
-honours, how to parse its stdout into a `TurnStream`, whether it can take a Claude
-credential, and what its errors look like beyond the stream (`OutcomeHints`).
+honours and which it takes without being able to enforce them, how to parse its
+stdout into a `TurnStream`, whether it can take a Claude credential, what its errors
+look like beyond the stream (`OutcomeHints`), the files it needs to run headless
+(`SpawnFile`), and why it could not run a turn here at all (`readiness_problems`).
 Everything else (process groups, env layering, classification, HTTP) is shared.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 from agent_server.names import OutcomeKind
@@ -61,6 +64,35 @@ class OutcomeHints:
     """stderr markers of an unknown model id, believed only when nothing was used (row 5)."""
     unknown_session_markers: tuple[str, ...] = ()
     """Error text (lower case) saying the session to resume does not exist."""
+    error_markers: tuple[tuple[str, OutcomeKind], ...] = ()
+    """The CLI's own error texts (lower case) -> their outcome, read on error channels
+    before its exit status and the shared markers (rows 5-10)."""
+    exit_statuses: Mapping[int, int] = field(default_factory=dict)
+    """Exit statuses that carry the API's HTTP status (Gemini CLI exits with it, mod 256)."""
+
+
+@dataclass(frozen=True)
+class SpawnFile:
+    """A file a CLI reads to run headless, written by the server, never by the agent.
+
+    The spawn finds it through `variable` (its path), unless the environment already
+    names one: the operator's own file wins.
+    """
+
+    variable: str
+    name: str
+    content: bytes
+
+
+@dataclass(frozen=True)
+class SpawnHost:
+    """Where a spawn would run: what `readiness_problems` reads besides its environment."""
+
+    uid: int
+    """The uid the spawn runs as."""
+    permission_mode: str
+    present: Callable[[Path], bool]
+    """Whether a file exists (the CLI's own login, say); the only I/O, handed in."""
 
 
 class StreamParser(Protocol):
@@ -95,6 +127,9 @@ class RuntimeAdapter(Protocol):
     """True when a new session's id is chosen by us and passed on argv."""
     honours: frozenset[str]
     """The optional turn fields (of `TURN_OPTIONS`) this CLI takes."""
+    not_enforced: frozenset[str]
+    """Turn fields it accepts without being able to enforce them: the turn runs, logs a
+    WARNING, and its answer names them in `metadata.not_enforced` (contract §6.1)."""
 
     def argv(self, command: str, turn: TurnSpec) -> list[str]:
         """The full argv of one turn (the prompt is never in it)."""
@@ -106,4 +141,13 @@ class RuntimeAdapter(Protocol):
 
     def new_parser(self) -> StreamParser:
         """A fresh parser for one turn's stdout."""
+        ...
+
+    def spawn_files(self, env: Mapping[str, str]) -> tuple[SpawnFile, ...]:
+        """The files a spawn with `env` needs the server to write for it (pure)."""
+        ...
+
+    def readiness_problems(self, env: Mapping[str, str], host: SpawnHost) -> list[str]:
+        """Why a turn could not run with `env` on `host`: one sentence each, names only,
+        never a value (pure but for `host.present`)."""
         ...

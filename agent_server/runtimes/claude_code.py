@@ -14,8 +14,15 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from agent_server.names import CLAUDE_DESCRIPTORS
-from agent_server.runtimes.base import TURN_OPTIONS, OutcomeHints, StreamParser, TurnSpec
+from agent_server.names import BYPASS_PERMISSIONS, CLAUDE_DESCRIPTORS
+from agent_server.runtimes.base import (
+    TURN_OPTIONS,
+    OutcomeHints,
+    SpawnFile,
+    SpawnHost,
+    StreamParser,
+    TurnSpec,
+)
 from agent_server.runtimes.events import (
     add_error_text,
     as_float,
@@ -206,6 +213,7 @@ class ClaudeCodeAdapter:
     reports_permission_mode = True
     assigns_session_id = True
     honours = frozenset(TURN_OPTIONS)
+    not_enforced: frozenset[str] = frozenset()
 
     def argv(self, command: str, turn: TurnSpec) -> list[str]:
         """`claude --print --output-format stream-json --verbose --permission-mode …` (§6.3)."""
@@ -257,3 +265,25 @@ class ClaudeCodeAdapter:
     def new_parser(self) -> StreamParser:
         """A fresh stream-json parser for one turn."""
         return ClaudeStreamParser()
+
+    def spawn_files(self, env: Mapping[str, str]) -> tuple[SpawnFile, ...]:
+        """None: Claude Code runs headless with its flags alone."""
+        return ()
+
+    def readiness_problems(self, env: Mapping[str, str], host: SpawnHost) -> list[str]:
+        """As root, Claude Code refuses bypassPermissions unless IS_SANDBOX=1 (or its
+        bubblewrap sandbox) says the machine is a sandbox: every turn would fail.
+
+        A missing credential is no problem here: the controller sends one per turn.
+        """
+        if (
+            host.permission_mode == BYPASS_PERMISSIONS
+            and host.uid == 0
+            and env.get("IS_SANDBOX") != "1"
+            and not env.get("CLAUDE_CODE_BUBBLEWRAP")
+        ):
+            return [
+                "claude-code refuses bypassPermissions as root without IS_SANDBOX=1 in the "
+                "spawn environment: run as a non-root user or set IS_SANDBOX=1"
+            ]
+        return []

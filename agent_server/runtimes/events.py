@@ -158,10 +158,17 @@ def one_of(value: object, known: Collection[str]) -> str | None:
     return value if value in known else OTHER
 
 
-def add_error_text(stream: TurnStream, text: str | None) -> None:
-    """Append one error-channel text, bounded and without repeating the last one."""
-    if not text or len(stream.error_texts) >= MAX_ERROR_TEXTS:
+def add_error_text(stream: TurnStream, text: str | None, *, first: bool = False) -> None:
+    """Append one error-channel text, bounded and never twice; `first` puts it ahead of
+    the others (the text a failure's message is made of)."""
+    if not text:
         return
     clipped = text[:MAX_ERROR_TEXT_CHARS]
-    if clipped not in stream.error_texts:
-        stream.error_texts.append(clipped)
+    texts = stream.error_texts
+    if first:
+        if clipped in texts:
+            texts.remove(clipped)
+        texts.insert(0, clipped)
+        del texts[MAX_ERROR_TEXTS:]
+    elif len(texts) < MAX_ERROR_TEXTS and clipped not in texts:
+        texts.append(clipped)

@@ -1,21 +1,34 @@
 """A running turn watched live (contract §6.7): an SSE client joins mid-turn and gets
-every event in order, then the terminal, with no secret; Trinity's `/stream` shape too."""
+every event in order, then the terminal, with no secret; Trinity's `/stream` shape too.
+
+The hostile stand-in CLI cannot pass for the server on either route (no line of it is a
+`terminal` or a `stream_end`), and a subscriber that stops reading while it floods is
+reset at the send deadline with one INFO line (contract §8).
+"""
 
 from __future__ import annotations
 
 import json
+import socket
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from agent_server.client_limits import ClientLimits
+from agent_server.records.progress import SERVER_EVENT_TYPES
 from tests.conftest import SecretRegistry
 from tests.e2e.conftest import TurnServers, wait_listed
+from tests.support.hostile_cli import FLOOD_SIGNAL, FORGED_SERVER_EVENTS
+from tests.support.raw_client import TCP_ESTABLISHED, tcp_state
 from tests.support.server import ServerProcess
+
+HOSTILE_CLI = Path(__file__).resolve().parents[1] / "support" / "hostile-cli"
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -143,3 +156,92 @@ def test_last_event_id_resumes_where_the_client_was(server: ServerProcess) -> No
         with client.stream("GET", "/api/executions/done-2/events", headers=headers) as response:
             rest = [e.id for e in read_events(response)]
     assert rest == every[2:]
+
+
+# --- the hostile CLI ------------------------------------------------------------------
+
+
+def types_seen(data: str) -> set[str]:
+    """Each `type` a JSON reader could take for the data's own (the first or the last key)."""
+    try:
+        pairs = json.loads(data, object_pairs_hook=lambda pairs: pairs)
+    except ValueError:
+        return set()
+    if not isinstance(pairs, list) or not all(isinstance(p, tuple) for p in pairs):
+        return set()  # an array or a scalar: no type of its own
+    return {value for key, value in pairs if key == "type" and isinstance(value, str)}
+
+
+def test_no_cli_line_passes_for_the_servers_own_event(turn_servers: TurnServers) -> None:
+    """The stand-in prints `terminal` and `stream_end` every way a reader could take them:
+    on `…/events` none is named or typed so (each is withheld, or clipped); on
+    `…/stream` the only ones are the server's own two, last."""
+    server = turn_servers.start(AGENT_SERVER_RUNTIME_COMMAND=str(HOSTILE_CLI))
+    body = {"message": "case forged-server-events", "execution_id": "forged"}
+    assert _turn(server, body).status_code == 200
+    with server.client(timeout=30) as client:
+        with client.stream("GET", "/api/executions/forged/events") as response:
+            named = list(read_events(response))
+        with client.stream("GET", "/api/executions/forged/stream") as response:
+            unnamed = list(read_events(response))
+
+    *cli, terminal = named
+    assert terminal.name == "terminal"
+    assert types_seen(terminal.data) == {"terminal"}
+    assert not [e for e in cli if e.name in SERVER_EVENT_TYPES]
+    assert not [e for e in cli if types_seen(e.data) & SERVER_EVENT_TYPES]
+    summed_up = [json.loads(e.data) for e in cli if e.name == "line"]
+    assert sum(s.get("withheld", False) for s in summed_up) == len(FORGED_SERVER_EVENTS) - 1
+    assert sum(s.get("clipped", False) for s in summed_up) == 1
+
+    types = [types_seen(e.data) & SERVER_EVENT_TYPES for e in unnamed]
+    assert types[-2:] == [{"terminal"}, {"stream_end"}]
+    assert not any(types[:-2])
+
+
+SEND_S = 2.0
+"""The send deadline of this test's server (30 s in the product)."""
+
+
+def test_a_subscriber_that_stops_reading_is_reset_at_the_send_deadline(
+    turn_servers: TurnServers,
+) -> None:
+    """A 4 KiB receive window, nothing read, while the turn prints 8 MiB: once the server
+    holds back what it cannot send, the subscriber has `SEND_S`; then its connection is
+    reset, with one INFO line and no error; the turn runs on and is terminated."""
+    home = turn_servers.home()
+    server = turn_servers.start(
+        home,
+        limits=ClientLimits(send_timeout_s=SEND_S),
+        AGENT_SERVER_RUNTIME_COMMAND=str(HOSTILE_CLI),
+    )
+    with ThreadPoolExecutor(1) as pool:
+        turn = pool.submit(_turn, server, {"message": "case flood", "execution_id": "flooded"})
+        wait_listed(server, "flooded")
+        with socket.socket() as subscriber:
+            subscriber.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            subscriber.connect(("127.0.0.1", server.port))
+            subscriber.sendall(
+                f"GET /api/executions/flooded/events HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                f"X-Trinity-Agent-Token: {server.token}\r\n\r\n".encode()
+            )
+            time.sleep(0.2)  # subscribed
+            (home / "work" / FLOOD_SIGNAL).touch()
+            started = time.monotonic()
+            while tcp_state(subscriber) == TCP_ESTABLISHED:
+                assert time.monotonic() - started < SEND_S + 20, "never reset"
+                time.sleep(0.02)
+            elapsed = time.monotonic() - started
+        print(f"subscriber reset {elapsed:.2f} s after the flood began (deadline {SEND_S} s)")
+        assert SEND_S <= elapsed <= SEND_S + 5
+        assert "flooded" in server.get("/api/executions/running").text
+        assert server.post("/api/executions/flooded/terminate").status_code == 200
+        assert turn.result(timeout=60).status_code == 200
+
+    records = server.log_messages()
+    guard = [r for r in records if r["logger"] == "agent_server.client_limits"]
+    assert [(r["level"], r["message"].split(": ", 1)[1]) for r in guard] == [
+        ("INFO", f"it read none of its answer for {SEND_S:g} s")
+    ]
+    noisy = [r for r in records if r["level"] in ("ERROR", "CRITICAL") or "exception" in r]
+    assert not noisy, noisy

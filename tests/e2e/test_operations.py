@@ -59,7 +59,8 @@ def test_metrics_count_turns_reloads_and_suppressed_keys(
         assert client.post(RELOAD, json=token).status_code == 200
         assert client.post(RELOAD, json={"token": ""}).status_code == 400
         assert client.post(RELOAD, json={**token, "expected_generation": 1}).status_code == 409
-        assert client.post(RELOAD, json={"token": "a b"}).status_code == 422
+        assert client.post(RELOAD, json={"token": "a b"}).status_code == 400
+        assert client.post(RELOAD, json={**token, "extra": 1}).status_code == 422
         generation = client.get("/api/credentials/status").json()["generation"]
     with server.client(token="") as anonymous:
         response = anonymous.get("/metrics")
@@ -76,7 +77,13 @@ def test_metrics_count_turns_reloads_and_suppressed_keys(
     assert value("agent_server_turn_seconds_count") == 3
     assert value("agent_server_turn_seconds_bucket", le="+Inf") == 3
     assert value("agent_server_active_turns") == 0
-    for result in ("changed", "unchanged", "token_required", "generation_mismatch"):
+    for result in (
+        "changed",
+        "unchanged",
+        "token_required",
+        "token_invalid",
+        "generation_mismatch",
+    ):
         assert value("agent_server_credential_reloads_total", result=result) == 1, result
     assert value("agent_server_credential_reloads_total", result="validation_failed") == 1
     assert value("agent_server_credential_generation") == generation
@@ -147,6 +154,7 @@ def test_health_of_a_ready_claude_agent(turn_servers: TurnServers) -> None:
     assert response.status_code == 200
     assert response.json() == {
         "status": "ok",
+        "problems": [],
         "agent_name": "test-agent",
         "runtime": "claude-code",
         "runtime_available": True,
@@ -158,6 +166,7 @@ def test_health_of_a_ready_claude_agent(turn_servers: TurnServers) -> None:
         "capabilities": {
             "auth_override": ["oauth_token", "api_key", "provider"],
             "turn_options": CLAUDE_TURN_OPTIONS,
+            "not_enforced": [],
             "reload_token": True,
             "credential_status": True,
         },

@@ -75,6 +75,8 @@ def test_make_run_serves_the_pinned_cli_when_none_is_on_path(home: Path) -> None
         "AGENT_SERVER_PORT": str(port),
         "AGENT_SERVER_INSECURE_NO_AUTH": "1",
     }
+    if os.geteuid() == 0:
+        env["IS_SANDBOX"] = "1"  # else /health rightly says no turn can run (contract §8)
     process = subprocess.Popen(
         [make, "--no-print-directory", "run"],
         cwd=REPO,

@@ -9,58 +9,30 @@ strips the API keys beside an OAuth token on a Claude runtime, must not touch th
 
 from __future__ import annotations
 
-import hashlib
 import json
+import os
 import secrets
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
-import httpx
 import pytest
 
+from agent_server.runtimes.codex import toml_string
 from tests.conftest import SecretRegistry
 from tests.e2e.conftest import TurnServers
+from tests.support.api_stand_in import fingerprint
 from tests.support.contract import ERROR_DETAIL_KEYS, stray_controller_words
 from tests.support.images import ONE_IMAGE
-from tests.support.server import REPO, ServerProcess
+from tests.support.live import LiveAnswer as Answer
+from tests.support.server import FAKE_CODEX, FAKE_GEMINI, ServerProcess
 
-FAKE_CODEX = REPO / "tests" / "support" / "fake-codex"
-FAKE_GEMINI = REPO / "tests" / "support" / "fake-gemini"
 RUNTIMES = ("codex", "gemini-cli")
 BASELINE_KEYS = ("OPENAI_API_KEY", "GEMINI_API_KEY", "ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN")
 SWITCHING_CODES = frozenset({"rate_limit", "billing", "auth"})
 GEMINI_RESET = timedelta(hours=1, minutes=49, seconds=8)
-
-
-def fingerprint(value: str) -> str:
-    """The fakes' fingerprint: the first 12 hex digits of sha256."""
-    return hashlib.sha256(value.encode()).hexdigest()[:12]
-
-
-@dataclass(frozen=True)
-class Answer:
-    """One live answer of a turn, kept for every test of the module."""
-
-    status: int
-    headers: httpx.Headers
-    json: dict[str, Any]
-    text: str
-    sent: dict[str, Any]
-    asked_at: datetime
-
-    @property
-    def detail(self) -> dict[str, Any]:
-        detail = self.json["detail"]
-        assert isinstance(detail, dict), self.text
-        return detail
-
-    def report(self) -> dict[str, Any]:
-        """The fake CLI's JSON report of what it received (a success's response)."""
-        report: dict[str, Any] = json.loads(self.json["response"])
-        return report
 
 
 @dataclass(frozen=True)
@@ -98,6 +70,16 @@ def missing_codex(module_turn_servers: TurnServers) -> ServerProcess:
     )
 
 
+TRINITY_SYSTEM_PROMPT = 'You are "agent-1" on Trinity.\nReport to the platform.'
+TRINITY_BODY: dict[str, Any] = {
+    "model": None,
+    "system_prompt": TRINITY_SYSTEM_PROMPT,
+    "allowed_tools": ["Read", "Bash"],
+    "persist_session": False,
+    "images": None,
+}
+"""What Trinity's backend sends every runtime besides the message (issue 26)."""
+
 # name -> (runtime, prompt, extra body)
 TURNS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "codex_success": ("codex", "hello codex", {}),
@@ -112,6 +94,7 @@ TURNS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "gemini_api_key_invalid": ("gemini-cli", "@api-key-invalid", {}),
     "gemini_exit_41": ("gemini-cli", "@exit 41", {}),
     "gemini_exit_53": ("gemini-cli", "@exit 53", {}),
+    "gemini_exit_55": ("gemini-cli", "@exit 55", {}),
     "gemini_unavailable": ("gemini-cli", "@unavailable", {}),
     "gemini_override": ("gemini-cli", "hello", {"auth_override": "api_key"}),
     "codex_ephemeral_resume": (
@@ -124,27 +107,16 @@ TURNS: dict[str, tuple[str, str, dict[str, Any]]] = {
         "hello again",
         {"resume_session_id": "3f0b6a2e-1111-4222-8333-944445555666"},
     ),
-    "codex_unhonoured": (
-        "codex",
-        "hello",
-        {"system_prompt": "be terse", "max_turns": 3, "images": [ONE_IMAGE]},
-    ),
-    "gemini_unhonoured": (
-        "gemini-cli",
-        "hello",
-        {"allowed_tools": ["Read"], "persist_session": False, "images": [ONE_IMAGE]},
-    ),
+    "codex_unhonoured": ("codex", "hello", {"max_turns": 3, "images": [ONE_IMAGE]}),
+    "gemini_unhonoured": ("gemini-cli", "hello", {"max_turns": 3, "images": [ONE_IMAGE]}),
+    "codex_trinity": ("codex", "fix the test", TRINITY_BODY),
+    "gemini_trinity": ("gemini-cli", "fix the test", TRINITY_BODY),
 }
 
 
 def _play(server: ServerProcess, name: str, prompt: str, extra: dict[str, Any]) -> Answer:
     body = {"message": prompt, "execution_id": f"{name}-{secrets.token_hex(4)}", **extra}
-    asked_at = datetime.now(UTC)
-    with server.client() as client:
-        response = client.post("/api/task", json=body)
-    return Answer(
-        response.status_code, response.headers, response.json(), response.text, body, asked_at
-    )
+    return Answer.ask(server, body)
 
 
 @pytest.fixture(scope="module")
@@ -217,9 +189,13 @@ def test_a_served_turn_has_the_success_shape(
 
 
 def test_codex_gets_the_argv_our_adapter_builds(live: dict[str, Answer]) -> None:
-    """`exec --json --skip-git-repo-check -`, the prompt on stdin, not argv."""
+    """`exec --json --skip-git-repo-check --dangerously-bypass-approvals-and-sandbox -` (the
+    server's default mode is bypassPermissions), the prompt on stdin, not argv."""
     report = live["codex_success"].report()
-    assert report["argv"] == ["exec", "--json", "--skip-git-repo-check", "-"]
+    assert report["argv"] == [
+        "exec", "--json", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox",
+        "-",
+    ]  # fmt: skip
 
 
 def test_codex_takes_ephemeral_and_resume(live: dict[str, Answer]) -> None:
@@ -227,8 +203,8 @@ def test_codex_takes_ephemeral_and_resume(live: dict[str, Answer]) -> None:
     answer = live["codex_ephemeral_resume"]
     report = answer.report()
     assert report["argv"] == [
-        "exec", "--json", "--skip-git-repo-check", "--ephemeral",
-        "resume", "019a-codex-thread", "-",
+        "exec", "--json", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox",
+        "--ephemeral", "resume", "019a-codex-thread", "-",
     ]  # fmt: skip
     assert answer.json["session_id"] == "019a-codex-thread"
 
@@ -243,15 +219,8 @@ def test_gemini_resumes_a_session_by_id(live: dict[str, Answer]) -> None:
 @pytest.mark.parametrize(
     ("name", "runtime", "fields"),
     [
-        pytest.param(
-            "codex_unhonoured", "codex", ["system_prompt", "max_turns", "images"], id="codex"
-        ),
-        pytest.param(
-            "gemini_unhonoured",
-            "gemini-cli",
-            ["allowed_tools", "persist_session", "images"],
-            id="gemini",
-        ),
+        pytest.param("codex_unhonoured", "codex", ["max_turns", "images"], id="codex"),
+        pytest.param("gemini_unhonoured", "gemini-cli", ["max_turns", "images"], id="gemini"),
     ],
 )
 def test_a_field_the_runtime_cannot_honour_is_a_422(
@@ -261,7 +230,7 @@ def test_a_field_the_runtime_cannot_honour_is_a_422(
     runtime: str,
     fields: list[str],
 ) -> None:
-    """Each field the CLI has no form for is refused by name, with the runtime; nothing runs."""
+    """A turn cap or images the CLI has no form for are refused by name; nothing runs."""
     answer = live[name]
     assert answer.status == 422, answer.text
     issues = answer.json["detail"]
@@ -286,13 +255,48 @@ def test_a_gemini_chat_continues_its_conversation(runtimes: dict[str, Runtime]) 
 
 
 def test_gemini_gets_the_model_and_yolo(live: dict[str, Answer]) -> None:
-    """`--output-format stream-json --model m --yolo`; its init names the session and model."""
+    """`--output-format stream-json --model m --yolo --skip-trust`; its init names the session
+    and model; as root the server hands it its headless settings (retries off)."""
     answer = live["gemini_success"]
     report = answer.report()
     assert report["argv"] == [
-        "--output-format", "stream-json", "--model", "gemini-2.5-flash", "--yolo",
+        "--output-format", "stream-json", "--model", "gemini-2.5-flash", "--yolo", "--skip-trust",
     ]  # fmt: skip
     assert answer.json["metadata"]["model"] == "gemini-2.5-flash"
+    root = os.geteuid() == 0
+    assert report["settings"] == ({"general": {"maxAttempts": 1}} if root else None)
+
+
+@pytest.mark.parametrize(
+    ("name", "runtime", "unenforced"),
+    [
+        pytest.param("codex_trinity", "codex", ["allowed_tools"], id="codex"),
+        pytest.param(
+            "gemini_trinity", "gemini-cli", ["allowed_tools", "persist_session"], id="gemini"
+        ),
+    ],
+)
+def test_the_body_trinity_sends_every_runtime_runs(
+    live: dict[str, Answer],
+    runtimes: dict[str, Runtime],
+    name: str,
+    runtime: str,
+    unenforced: list[str],
+) -> None:
+    """Its system prompt is honoured as the CLI can take it; what the CLI cannot enforce is
+    named in the answer's metadata and in a WARNING: never a 422 for a turn that can run."""
+    answer = live[name]
+    assert answer.status == 200, answer.text
+    assert answer.json["metadata"]["not_enforced"] == unenforced
+    report = answer.report()
+    if runtime == "codex":  # an appended developer message, as Claude Code appends one
+        assert report["config"] == {"developer_instructions": toml_string(TRINITY_SYSTEM_PROMPT)}
+        assert report["prompt"] == "fix the test"
+        assert "--ephemeral" in report["argv"]
+    else:  # prepended: GEMINI_SYSTEM_MD would replace the CLI's own instructions
+        assert report["prompt"] == f"{TRINITY_SYSTEM_PROMPT}\n\n---\n\nfix the test"
+    log = runtimes[runtime].server.log_text()
+    assert f"cannot enforce {', '.join(unenforced)}" in log
 
 
 def test_a_codex_turn_that_reconnected_then_completed_served(live: dict[str, Answer]) -> None:
@@ -312,7 +316,7 @@ def test_codex_usage_limit_is_a_rate_limit_at_the_quoted_clock(live: dict[str, A
     assert (resets_at.hour, resets_at.minute, resets_at.second) == (15, 29, 0)
     assert timedelta(0) <= resets_at - answer.asked_at <= timedelta(days=1)
     assert 1 <= int(answer.headers["Retry-After"]) <= 86400
-    assert detail["message"].startswith("You've hit your usage limit")
+    assert detail["message"].startswith("You\u2019ve hit your usage limit")
 
 
 def test_gemini_resource_exhausted_is_a_rate_limit_after_its_span(
@@ -354,6 +358,7 @@ def test_auth_failures_are_503_auth(live: dict[str, Answer], name: str) -> None:
         pytest.param("codex_stream_error", 502, "upstream_unavailable", True, id="codex 500"),
         pytest.param("gemini_unavailable", 502, "upstream_unavailable", True, id="gemini 503"),
         pytest.param("gemini_exit_53", 422, "max_turns", False, id="gemini exit 53"),
+        pytest.param("gemini_exit_55", 503, "container_fault", False, id="gemini exit 55"),
     ],
 )
 def test_failures_no_credential_fixes(

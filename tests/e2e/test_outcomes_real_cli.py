@@ -41,7 +41,7 @@ from tests.support.messages_api import (
 from tests.support.messages_api import ScenarioCredentials as Credentials
 from tests.support.server import ServerProcess, server_environ
 
-pytestmark = pytest.mark.realcli
+pytestmark = [pytest.mark.realcli, pytest.mark.conformance]
 
 RESET_IN_S = 3600
 SWITCHING_CODES = frozenset({"rate_limit", "billing", "auth"})

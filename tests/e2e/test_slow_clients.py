@@ -22,12 +22,14 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+import httpx
 import pytest
 
-from agent_server.client_limits import HEADER_TIMEOUT_S, ClientLimits, connection_cap
-from tests.e2e.conftest import TurnServers
+from agent_server.client_limits import ClientLimits, connection_cap
+from tests.e2e.conftest import TurnServers, wait_listed
 from tests.support.raw_client import close, trickle, until_closed
 from tests.support.server import CONTROLLER_TOKEN, ServerProcess
 
@@ -171,6 +173,9 @@ def test_fifty_slowloris_connections_are_closed_while_requests_are_served(
 
 # --- the connection cap, on the product's own server ---------------------------------------
 
+IDLE = 300
+"""Idle connections the agent holds open (past the cap of 256 by the default 32 turn slots)."""
+
 
 def _recv_until_closed(sock: socket.socket, within: float) -> bytes:
     sock.settimeout(within)
@@ -181,72 +186,103 @@ def _recv_until_closed(sock: socket.socket, within: float) -> bytes:
     return data
 
 
-def _health_on(sock: socket.socket) -> bytes:
-    """GET /health on an open connection: the status line of the answer."""
-    sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+def _status_on(sock: socket.socket, path: str) -> bytes:
+    """GET `path` with the controller token on an open connection: the answer's status line."""
+    sock.sendall(
+        f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        f"X-Trinity-Agent-Token: {CONTROLLER_TOKEN}\r\n\r\n".encode()
+    )
     sock.settimeout(5)
     data = b""
-    while b"\r\n" not in data:
+    while b"\r\n\r\n" not in data:
         chunk = sock.recv(65536)
         assert chunk, "closed without an answer"
         data += chunk
-    return data.split(b"\r\n", 1)[0]
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = int(next(v for k, v in _headers(head) if k == b"content-length"))
+    while len(body) < length:
+        body += sock.recv(65536)
+    return head.split(b"\r\n", 1)[0]
 
 
-def test_over_the_cap_a_connection_is_closed_without_an_answer(turn_servers: TurnServers) -> None:
-    """cap = max(256, 4 x 70) = 280 held; 10 more closed at once; served once released."""
-    server = turn_servers.start(AGENT_SERVER_MAX_PARALLEL="70")
-    cap = connection_cap(70)
-    assert cap == 280
-    time.sleep(0.5)  # the harness's own /health connection has surely ended
-    held: list[socket.socket] = []
-    try:
-        for _ in range(cap):
-            held.append(socket.create_connection(("127.0.0.1", server.port), timeout=5))
-        opened = time.monotonic()
-        partial = held[-2:]  # these two meet the product's 10 s header deadline below
-        for sock in partial:
-            sock.sendall(PARTIAL_HEAD)
+def _headers(head: bytes) -> list[tuple[bytes, bytes]]:
+    lines = head.split(b"\r\n")[1:]
+    return [(k.strip().lower(), v.strip()) for k, _, v in (line.partition(b":") for line in lines)]
 
-        refused_in: list[float] = []
-        for _ in range(10):
-            with socket.create_connection(("127.0.0.1", server.port), timeout=5) as extra:
-                started = time.monotonic()
-                with contextlib.suppress(ConnectionError):
-                    extra.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-                assert _recv_until_closed(extra, within=5) == b"", "an extra got an answer"
-                refused_in.append(time.monotonic() - started)
-        print(f"extras closed after (s): {[round(s, 3) for s in refused_in]}")
-        assert max(refused_in) < PROMPT_S
 
-        readable, _, _ = select.select(held, [], [], 0)
-        assert readable == [], f"{len(readable)} held connections were closed"
-        assert _health_on(held[0]).startswith(b"HTTP/1.1 200 ")
-        assert _health_on(held[-3]).startswith(b"HTTP/1.1 200 ")
+def _timed(call: Callable[[httpx.Client], httpx.Response]) -> tuple[int, float]:
+    """One request on a fresh connection: its status, and the seconds it took."""
+    started = time.monotonic()
+    with httpx.Client(timeout=5) as client:
+        status = call(client).status_code
+    return status, time.monotonic() - started
 
-        for sock in held[:-2]:
-            sock.close()
-        deadline = time.monotonic() + 5
-        while True:  # the server reads the 278 ends within a moment
-            started = time.monotonic()
-            try:
-                status = server.get("/health").status_code
-                break
-            except Exception:
-                assert time.monotonic() < deadline, "/health never answered after the release"
-                time.sleep(0.05)
-        assert status == 200
-        assert time.monotonic() - started < PROMPT_S
 
-        for sock in partial:
-            assert _recv_until_closed(sock, within=HEADER_TIMEOUT_S + 5) == b""
-            elapsed = time.monotonic() - opened
-            assert HEADER_TIMEOUT_S - EARLY_S <= elapsed <= HEADER_TIMEOUT_S + SLACK_S, elapsed
-    finally:
-        for sock in held:
-            sock.close()
+def test_idle_connections_cannot_shut_the_controller_out(turn_servers: TurnServers) -> None:
+    """300 idle loopback connections held open: /health (no token), terminate and
+    reload-token each answer from a fresh connection within a second; the oldest idle
+    ones are closed to make room, with no answer; the running turn's connection and a
+    kept-alive one that proved the token keep theirs."""
+    server = turn_servers.start()
+    cap = connection_cap(32)
+    token = {"X-Trinity-Agent-Token": CONTROLLER_TOKEN}
+    with ThreadPoolExecutor(1) as pool:
+        turn = pool.submit(
+            server.post, "/api/task", json={"message": "@sleep 30", "execution_id": "held"}
+        )
+        wait_listed(server, "held")
+        kept = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+        assert _status_on(kept, "/api/credentials/status").startswith(b"HTTP/1.1 200 ")
+        time.sleep(0.5)  # the harness's own connections have surely ended
+        idle = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(IDLE)]
+        try:
+            calls: dict[str, Callable[[httpx.Client], httpx.Response]] = {
+                "GET /health": lambda c: c.get(f"{server.base_url}/health"),
+                "POST terminate": lambda c: c.post(
+                    f"{server.base_url}/api/executions/held/terminate", headers=token
+                ),
+                "POST reload-token": lambda c: c.post(
+                    f"{server.base_url}/api/credentials/reload-token",
+                    headers=token,
+                    json={"token": "sk-ant-oat01-" + "r" * 80},
+                ),
+            }
+            timings = {name: _timed(call) for name, call in calls.items()}
+            print(f"with {IDLE} idle connections held: {timings}")
+            assert all(status == 200 for status, _ in timings.values()), timings
+            assert max(seconds for _, seconds in timings.values()) < PROMPT_S, timings
+            assert turn.result(timeout=30).json()["status"] == "cancelled"
+            assert _status_on(kept, "/api/executions/running").startswith(b"HTTP/1.1 200 ")
 
-    messages = [r["message"] for r in server.log_messages()]
-    assert "280 connections are open, the cap: closing new connections until one ends" in messages
-    assert any(m.startswith("accepting connections again; ") for m in messages)
+            readable, _, _ = select.select(idle, [], [], 0.5)
+            closed = sorted(idle.index(sock) for sock in readable)
+            assert closed == list(range(len(closed))), "not the oldest first"
+            # One for each past the cap, and one for the first fresh connection (which
+            # gives its slot back when it ends, so the next ones find room).
+            assert IDLE - cap + 1 <= len(closed) <= IDLE - cap + len(calls)
+            assert all(_recv_until_closed(idle[n], within=5) == b"" for n in closed)
+        finally:
+            kept.close()
+            for sock in idle:
+                sock.close()
+    deadline = time.monotonic() + 5
+    while not any(
+        m.startswith("below the connection cap again: ") for m in _messages(server)
+    ):  # once the server has seen the 300 go, the next connection says so
+        assert server.get("/health").status_code == 200
+        assert time.monotonic() < deadline, "the cap was never left"
+        time.sleep(0.1)
+
+    messages = _messages(server)
+    assert (
+        messages.count(
+            f"{cap} connections without the controller token are open, the cap: "
+            "each new connection closes the oldest of them"
+        )
+        == 1
+    )
     assert not any(" 503" in m or " 429" in m for m in messages)
+
+
+def _messages(server: ServerProcess) -> list[str]:
+    return [r["message"] for r in server.log_messages()]

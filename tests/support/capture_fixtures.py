@@ -1,6 +1,8 @@
-"""Record real Claude Code transcripts against the Messages API stand-in.
+"""Record real CLI transcripts against the loopback API stand-ins.
 
-    .venv/bin/python -m tests.support.capture_fixtures reference|captured [OUTDIR]
+    .venv/bin/python -m tests.support.capture_fixtures reference|captured|codex|gemini [OUTDIR]
+
+`codex` and `gemini` are recorded by `capture_codex_gemini`; the Claude Code sets here.
 
 For each scenario of the set it runs the real CLI (``AGENT_SERVER_TEST_CLAUDE_BIN``,
 else the copy `make test` installs in .cache/) as
@@ -21,6 +23,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.support.capture_codex_gemini import SETS as OTHER_SETS
+from tests.support.capture_codex_gemini import capture_set
 from tests.support.messages_api import MessagesApiStandIn, real_cli_path
 
 VERSION = "2.1.328"
@@ -209,11 +213,16 @@ def write_readme(outdir: Path, metas: list[dict[str, object]]) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Record every scenario of the named set into its folder (or the one given)."""
     args = sys.argv[1:] if argv is None else argv
-    if not 1 <= len(args) <= 2 or args[0] not in SETS:
+    if not 1 <= len(args) <= 2 or args[0] not in (*SETS, *OTHER_SETS):
         sys.stderr.write(
-            "usage: python -m tests.support.capture_fixtures reference|captured [OUTDIR]\n"
+            "usage: python -m tests.support.capture_fixtures "
+            "reference|captured|codex|gemini [OUTDIR]\n"
         )
         return 2
+    if args[0] in OTHER_SETS:
+        folder = capture_set(args[0], Path(args[1]) if len(args) == 2 else None)
+        sys.stdout.write(f"recorded {folder}\n")
+        return 0
     scenarios, default_dir, generated_readme = SETS[args[0]]
     cli = real_cli_path()
     if cli is None or not cli.exists():

@@ -53,8 +53,8 @@ CLAUDE_TURN_OPTIONS = [
 ]
 """`capabilities.turn_options` of a Claude Code agent: every turn option (contract §6.1)."""
 
-CODEX_TURN_OPTIONS = ["model", "resume_session_id", "persist_session"]
-"""`capabilities.turn_options` of a Codex agent: no prompt, tools or turn cap (contract §6.1)."""
+CODEX_TURN_OPTIONS = ["model", "system_prompt", "resume_session_id", "persist_session"]
+"""`capabilities.turn_options` of a Codex agent: no tool list, turn cap or images (§6.1)."""
 
 FRAGMENT = 8
 """No piece this long of a known secret may leave the server, redacted or clipped (§8)."""

@@ -15,7 +15,8 @@ Directives, one a line in the prompt, run in order (see tests/support/README.md)
 ``@scenario NAME``, ``@sleep S``, ``@spawn-grandchild S [inherit]``,
 ``@escape setsid|double-fork S``, ``@read-parent``,
 ``@print-bytes N``, ``@echo-env NAME``, ``@stderr TEXT``, ``@exit N``,
-``@result``, ``@kill-self``, ``@ignore-sigterm``, ``@unknown-session``, ``@root-refusal``.
+``@result``, ``@kill-self``, ``@ignore-sigterm``, ``@unknown-session``, ``@root-refusal``,
+``@api-retry N``.
 """
 
 from __future__ import annotations
@@ -423,6 +424,11 @@ def run(turn: Turn) -> int:
                 write_event({"type": "system", "subtype": "fake_escapee", "pid": pid})
             case "read-parent":
                 write_event({"type": "system", "subtype": "fake_parent", **read_parent()})
+            case "api-retry":  # as the real CLI reports a retry of its own: 2.1.328's shape
+                retry = {"attempt": int(arg or 1), "max_retries": 10, "retry_delay_ms": 500,
+                         "error_status": 529, "error": "overloaded_error"}  # fmt: skip
+                write_event({"type": "system", "subtype": "api_retry", **retry,
+                             "session_id": turn.session_id})  # fmt: skip
             case "print-bytes":
                 turn.print_bytes(int(arg))
             case "echo-env":

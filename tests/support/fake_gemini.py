@@ -1,21 +1,24 @@
 """A fake Gemini CLI (stdlib only), run through the executable ``fake-gemini``.
 
 It takes the argv our adapter builds (``gemini --output-format stream-json [--model m]
-[--resume id] --yolo``), reads the prompt from stdin (no prompt flag: non-interactive), and prints
-stream-json shaped like Gemini CLI's: ``init``, the user ``message``, assistant
-``message`` deltas, and the final ``result`` with ``stats``. API failures quote
-Google's JSON error body on stderr, as the real CLI does. Its reply is a JSON report
-of what it received: ``runtime``, ``argv``, ``env_names``, ``fingerprints``
-(sha256-12 of known credential variables, never a value), ``model``, ``prompt``.
+[--resume id] --yolo --skip-trust``), reads the prompt from stdin (no prompt flag:
+non-interactive), and prints stream-json shaped like Gemini CLI's: ``init``, the user
+``message``, assistant ``message`` deltas, and the final ``result`` with ``stats``. API
+failures quote Google's JSON error body on stderr and exit with the HTTP status mod
+256, as the real CLI does. Its reply is a JSON report of what it received:
+``runtime``, ``argv``, ``env_names``, ``fingerprints`` (sha256-12 of known credential
+variables, never a value), ``model``, ``resume``, ``skip_trust``, ``settings`` (the
+system defaults file the server handed it, parsed), ``prompt``.
 
 Directives, one a line in the prompt, run in order:
 
 - ``@resource-exhausted``: 429 RESOURCE_EXHAUSTED "… Your quota will reset after
-  1h49m8s.": an error event, an error result, the JSON body on stderr, exit 1;
-- ``@api-key-invalid``: 400 INVALID_ARGUMENT "API key not valid…" on stderr, no
-  stream, exit 1;
+  1h49m8s." (Code Assist's words): an error event, an error result, the JSON body on
+  stderr, exit 173;
+- ``@api-key-invalid``: 400 INVALID_ARGUMENT "API key not valid…": an error result
+  quoting the body, exit 144;
 - ``@unavailable``: 503 UNAVAILABLE "The model is overloaded…": an error result, the
-  body on stderr, exit 1;
+  body on stderr, exit 247;
 - ``@exit N``: exit N now; 41 prints the CLI's missing-key text, 42 an input error,
   53 the turn-limit text;
 - ``@stderr TEXT``: write TEXT to stderr; ``@sleep S``: sleep S seconds.
@@ -70,8 +73,15 @@ def error_body(code: int, message: str, status: str) -> str:
 
 
 def parse_argv(argv: list[str]) -> dict[str, Any]:
-    """Parse ``--output-format stream-json [--model m] [--resume id] --yolo``; else exit 1."""
-    parsed: dict[str, Any] = {"format": "text", "model": None, "resume": None, "yolo": False}
+    """Parse ``--output-format stream-json [--model m] [--resume id] --yolo [--skip-trust]``;
+    else exit 1."""
+    parsed: dict[str, Any] = {
+        "format": "text",
+        "model": None,
+        "resume": None,
+        "yolo": False,
+        "skip_trust": False,
+    }
     keys = {"--output-format": "format", "-o": "format", "--model": "model", "-m": "model"}
     keys |= {"--resume": "resume", "-r": "resume"}
     index = 0
@@ -84,6 +94,8 @@ def parse_argv(argv: list[str]) -> dict[str, Any]:
             parsed[keys[arg]] = argv[index]
         elif arg in ("--yolo", "-y"):
             parsed["yolo"] = True
+        elif arg == "--skip-trust":
+            parsed["skip_trust"] = True
         else:
             die(f"Unknown argument: {arg.lstrip('-')}")
         index += 1
@@ -93,7 +105,8 @@ def parse_argv(argv: list[str]) -> dict[str, Any]:
 
 
 def api_failure(code: int, message: str, status: str, started: float) -> int:
-    """An API error mid-turn: the error event, an error result, the body on stderr."""
+    """An API error mid-turn: the error event, an error result, the body on stderr; the
+    exit status is the HTTP status, as the real CLI's (the OS keeps it mod 256)."""
     body = error_body(code, message, status)
     emit({"type": "error", "severity": "error", "message": f"[API Error: {body}]"})
     emit(
@@ -106,7 +119,7 @@ def api_failure(code: int, message: str, status: str, started: float) -> int:
     )
     sys.stderr.write(body + "\n")
     sys.stderr.flush()
-    return 1
+    return code % 256
 
 
 def stats(input_tokens: int, output_tokens: int, started: float) -> dict[str, int]:
@@ -120,18 +133,31 @@ def stats(input_tokens: int, output_tokens: int, started: float) -> dict[str, in
     }
 
 
+def system_defaults(env: dict[str, str]) -> Any:
+    """The settings file `GEMINI_CLI_SYSTEM_DEFAULTS_PATH` names, parsed, or None."""
+    path = env.get("GEMINI_CLI_SYSTEM_DEFAULTS_PATH")
+    if not path:
+        return None
+    with open(path, encoding="utf-8") as file:
+        return json.load(file)
+
+
 def run(argv: list[str], env: dict[str, str], prompt: str) -> int:
     """Play one non-interactive stream-json turn; return the exit code."""
     started = time.monotonic()
     args = parse_argv(argv)
     steps = directives(prompt)
     if any(name == "api-key-invalid" for name, _ in steps):
-        # The real CLI fails before it streams anything: a report path, then the body.
-        sys.stderr.write(
-            "Error when talking to Gemini API Full report available at: "
-            "/tmp/gemini-client-error-Turn.run-sendMessageStream.json\n"
+        # An error result quoting the body, a report path on stderr, exit 400 mod 256.
+        message = f"[API Error: {error_body(400, KEY_INVALID, 'INVALID_ARGUMENT')}]"
+        emit(
+            {"type": "result", "status": "error", "error": {"type": "unknown", "message": message}}
         )
-        die(error_body(400, KEY_INVALID, "INVALID_ARGUMENT"))
+        die(
+            "Error when talking to Gemini API Full report available at: "
+            "/tmp/gemini-client-error-Turn.run-sendMessageStream.json",
+            400 % 256,
+        )
     model = args["model"] or DEFAULT_MODEL
     # A resumed session keeps its id, as the CLI's own session files do.
     emit({"type": "init", "session_id": args["resume"] or str(uuid.uuid4()), "model": model})
@@ -162,6 +188,8 @@ def run(argv: list[str], env: dict[str, str], prompt: str) -> int:
         "fingerprints": {name: fingerprint(env[name]) for name in CREDENTIAL_NAMES if name in env},
         "model": model,
         "resume": args["resume"],
+        "skip_trust": args["skip_trust"],
+        "settings": system_defaults(env),
         "prompt": prompt,
     }
     text = json.dumps(report, sort_keys=True)

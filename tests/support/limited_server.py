@@ -1,6 +1,7 @@
 """`agent-server serve` with other slow-client limits, for tests that cannot wait 30 s.
 
-    python tests/support/limited_server.py HEADER_TIMEOUT_S BODY_TIMEOUT_S MAX_CONNECTIONS
+    python tests/support/limited_server.py HEADER_TIMEOUT_S BODY_TIMEOUT_S MAX_CONNECTIONS \
+        SEND_TIMEOUT_S
 
 The product takes no setting for these (contract §8): this script passes them to
 `agent_server.__main__.serve` through its one test seam, everything else as served.
@@ -17,8 +18,8 @@ from agent_server.client_limits import ClientLimits
 
 def main(argv: list[str]) -> int:
     """Serve with the limits named on the command line."""
-    header_s, body_s, max_connections = argv
-    return serve(ClientLimits(float(header_s), float(body_s), int(max_connections)))
+    header_s, body_s, max_connections, send_s = argv
+    return serve(ClientLimits(float(header_s), float(body_s), int(max_connections), float(send_s)))
 
 
 if __name__ == "__main__":

@@ -45,6 +45,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from tests.conftest import SecretRegistry
+from tests.support.real_clis import CLAUDE
 from tests.support.thread_server import ThreadServer
 
 UNKNOWN_MODEL = "claude-nonexistent-9"
@@ -58,10 +59,7 @@ QUIET_CLI = {
 """The real CLI with no retries and no traffic but the turn's."""
 REQUEST_ID = "req_mock"  # what the reference fixtures show
 GATEWAY_PREFIX = "/gateway"
-INSTALLED_CLI = (
-    Path(__file__).resolve().parents[2]
-    / ".cache/claude-code-2.1.328/node_modules/@anthropic-ai/claude-code/bin/claude.exe"
-)
+INSTALLED_CLI = CLAUDE.installed
 """Where `make test` installs the pinned CLI."""
 
 
@@ -544,23 +542,9 @@ def cli_env(base_url: str, home: Path, **extra: str) -> dict[str, str]:
 
 
 def require_real_cli() -> Path:
-    """Return the real CLI for a ``realcli`` test: fail under CI when it is missing, else skip.
-
-    Under CI (env ``CI`` set) ``AGENT_SERVER_TEST_CLAUDE_BIN`` (exported by ``make test``)
-    must name an executable. A local run without it falls back to the /tmp/cc copy and
-    skips when that is absent too.
-    """
-    configured = os.environ.get("AGENT_SERVER_TEST_CLAUDE_BIN")
-    if os.environ.get("CI") and not configured:
-        pytest.fail(
-            "CI is set but AGENT_SERVER_TEST_CLAUDE_BIN is not: run the suite via make test"
-        )
-    path = real_cli_path()
-    if path is not None and os.access(path, os.X_OK):
-        return path
-    if configured:
-        pytest.fail(f"AGENT_SERVER_TEST_CLAUDE_BIN={configured!r} is not an executable")
-    pytest.skip("the real Claude Code CLI is not installed; run `make test`")
+    """The real Claude Code CLI for a ``realcli`` test: fails under CI when missing, else
+    skips (``real_clis.CLAUDE``)."""
+    return CLAUDE.require()
 
 
 @pytest.fixture(name="messages_api")
@@ -578,7 +562,4 @@ def real_cli_fixture() -> Path:
 
 def real_cli_path() -> Path | None:
     """The real Claude Code CLI: ``AGENT_SERVER_TEST_CLAUDE_BIN``, else `make test`'s copy."""
-    configured = os.environ.get("AGENT_SERVER_TEST_CLAUDE_BIN")
-    if configured:
-        return Path(configured)
-    return INSTALLED_CLI if INSTALLED_CLI.exists() else None
+    return CLAUDE.path()

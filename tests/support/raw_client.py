@@ -1,9 +1,14 @@
-"""A raw asyncio-streams client for the slow-client tests: read until closed, trickle, close."""
+"""A raw asyncio-streams client for the slow-client tests: read until closed, trickle, close;
+and the kernel's view of a socket that is not read."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
+
+TCP_ESTABLISHED = 1
+"""`tcp_state` of an open connection (linux/tcp_states.h)."""
 
 
 async def until_closed(reader: asyncio.StreamReader, within: float) -> bytes:
@@ -30,3 +35,9 @@ async def close(writer: asyncio.StreamWriter) -> None:
     writer.close()
     with contextlib.suppress(ConnectionError):
         await writer.wait_closed()
+
+
+def tcp_state(sock: socket.socket) -> int:
+    """The kernel's TCP state of `sock` (tcpi_state), seen without reading what it holds:
+    no longer `TCP_ESTABLISHED` once the server reset (or closed) the connection."""
+    return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 8)[0]

@@ -28,6 +28,8 @@ REPO = Path(__file__).resolve().parents[2]
 AGENT_SERVER = Path(sys.executable).with_name("agent-server")
 CONTROLLER_TOKEN = "test-controller-token-0123456789"
 FAKE_CLAUDE = REPO / "tests" / "support" / "fake-claude"
+FAKE_CODEX = REPO / "tests" / "support" / "fake-codex"
+FAKE_GEMINI = REPO / "tests" / "support" / "fake-gemini"
 LIMITED_SERVER = REPO / "tests" / "support" / "limited_server.py"
 
 
@@ -182,7 +184,12 @@ class ServerProcess:
         if self.limits is None:
             return [str(AGENT_SERVER), "serve"]
         limits = self.limits
-        numbers = (limits.header_timeout_s, limits.body_timeout_s, limits.max_connections)
+        numbers = (
+            limits.header_timeout_s,
+            limits.body_timeout_s,
+            limits.max_connections,
+            limits.send_timeout_s,
+        )
         return [sys.executable, str(LIMITED_SERVER), *map(str, numbers)]
 
     def stop(self, timeout: float = 30) -> int:

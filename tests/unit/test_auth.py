@@ -188,14 +188,38 @@ def test_no_token_generates_one_in_a_0600_file_and_logs_only_its_path(
     assert value not in caplog.text
 
 
-def test_every_generated_token_is_new(tmp_path: Path) -> None:
-    """Two boots without a configured token never share one (the file holds the last)."""
+def test_a_generated_token_survives_a_restart(tmp_path: Path) -> None:
+    """A second boot without a configured token uses the one the first wrote: the README's
+    `T=$(cat …)` keeps working after a restart."""
+    tmp_path.chmod(0o700)
     first = resolve_controller_token(None, False, tmp_path)
     second = resolve_controller_token(None, False, tmp_path)
     assert first is not None
     assert second is not None
-    assert first.get_secret_value() != second.get_secret_value()
+    assert first.get_secret_value() == second.get_secret_value()
     assert (tmp_path / TOKEN_FILE).read_text() == second.get_secret_value()
+
+
+@pytest.mark.parametrize(
+    ("content", "mode"),
+    [
+        pytest.param("short-token", 0o600, id="too short to be one we generated"),
+        pytest.param("x" * 43, 0o644, id="shown to others"),
+        pytest.param("with a space " + "x" * 40, 0o600, id="not a token"),
+    ],
+)
+def test_a_token_file_that_is_not_a_private_generated_token_is_replaced(
+    tmp_path: Path, content: str, mode: int
+) -> None:
+    """Only a private file holding a token of ours is used again; else a new one is made."""
+    tmp_path.chmod(0o700)
+    (tmp_path / TOKEN_FILE).write_text(content)
+    (tmp_path / TOKEN_FILE).chmod(mode)
+    token = resolve_controller_token(None, False, tmp_path)
+    assert token is not None
+    assert token.get_secret_value() != content
+    assert (tmp_path / TOKEN_FILE).read_text() == token.get_secret_value()
+    assert stat.S_IMODE((tmp_path / TOKEN_FILE).stat().st_mode) == 0o600
 
 
 def _state_dir_is_a_file(tmp_path: Path) -> Path:

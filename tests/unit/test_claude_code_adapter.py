@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from agent_server.runtimes.base import RuntimeAdapter, TurnSpec
+from agent_server.runtimes.base import RuntimeAdapter, SpawnHost, TurnSpec
 from agent_server.runtimes.claude_code import ClaudeCodeAdapter, ClaudeStreamParser
 from agent_server.runtimes.context import context_window_for
 from agent_server.runtimes.stream import TurnStream
@@ -82,7 +82,7 @@ def test_adapter_satisfies_the_protocol() -> None:
 def test_success_transcript_fields() -> None:
     """init, prose and result land in their TurnStream fields."""
     stream = _load("success_oauth")
-    assert stream.session_id == "16d7b3f9-9c78-4070-9928-7e2080b293e5"
+    assert stream.session_id == "32a88ec8-43fe-431d-b5da-8196e55009a2"
     assert (stream.model, stream.permission_mode, stream.api_key_source) == (
         "claude-sonnet-5-5", "default", "none"
     )  # fmt: skip
@@ -90,9 +90,9 @@ def test_success_transcript_fields() -> None:
     assert stream.has_result and not stream.is_error
     assert stream.result_text == "served-by kind=bearer fp=feeb305139b8"
     assert (stream.subtype, stream.terminal_reason) == ("success", "completed")
-    assert (stream.num_turns, stream.duration_ms) == (1, 126)
+    assert (stream.num_turns, stream.duration_ms) == (1, 280)
     assert (stream.input_tokens, stream.output_tokens) == (10, 5)
-    assert stream.cost_usd == pytest.approx(0.00007)
+    assert stream.cost_usd == pytest.approx(0.00094)
     assert stream.error_texts == []
     assert stream.rate_limit_info is None  # the `allowed` event is no rejection
 
@@ -111,11 +111,11 @@ def test_rate_limit_transcript_fields() -> None:
         429, "usage_limit_reached", "rate_limit_error"
     )  # fmt: skip
     assert stream.rate_limit_info is not None
-    assert stream.rate_limit_info["resetsAt"] == 1796028660
+    assert stream.rate_limit_info["resetsAt"] == 1796194041
     assert stream.rate_limit_info["rateLimitType"] == "five_hour"
     # The API-error message is the CLI's, not the model's prose.
     assert stream.assistant_text == []
-    assert stream.error_texts == ["You've hit your 5-hour limit · resets 8:51am (UTC)"]
+    assert stream.error_texts == ["You've hit your 5-hour limit · resets 6:47am (UTC)"]
     assert stream.is_error and stream.terminal_reason == "api_error"
 
 
@@ -206,10 +206,11 @@ def test_memory_stays_bounded() -> None:
 
 
 def test_the_success_transcript_reports_its_context() -> None:
-    """2.1.328's success: the call read 10 tokens and named no cache; a 1,000,000 window."""
+    """2.1.328's success: the call sent 10 tokens, read 1,200 from the cache and wrote 300
+    (the stand-in's usage); a 1,000,000 window."""
     stream = _load("success_oauth")
-    assert (stream.call_input_tokens, stream.cache_read_tokens) == (10, None)
-    assert stream.cache_creation_tokens is None
+    assert (stream.call_input_tokens, stream.cache_read_tokens) == (10, 1200)
+    assert stream.cache_creation_tokens == 300
     assert stream.context_window == 1_000_000
 
 
@@ -297,3 +298,25 @@ def test_the_fallback_window_goes_by_family(model: str | None, window: int) -> N
 def _load(name: str) -> TurnStream:
     """A reference fixture's stream, parsed by the Claude parser."""
     return load_scenario(FIXTURES, name, ClaudeStreamParser())[0]
+
+
+@pytest.mark.parametrize(
+    ("env", "uid", "mode", "refused"),
+    [
+        pytest.param({}, 0, "bypassPermissions", True, id="root without IS_SANDBOX is refused"),
+        pytest.param({"IS_SANDBOX": "1"}, 0, "bypassPermissions", False, id="IS_SANDBOX=1"),
+        pytest.param({"IS_SANDBOX": "true"}, 0, "bypassPermissions", True,
+                     id="the CLI wants exactly 1"),
+        pytest.param({"CLAUDE_CODE_BUBBLEWRAP": "1"}, 0, "bypassPermissions", False,
+                     id="its own bubblewrap sandbox"),
+        pytest.param({}, 1000, "bypassPermissions", False, id="another uid"),
+        pytest.param({}, 0, "acceptEdits", False, id="a mode that skips no prompt"),
+    ],
+)  # fmt: skip
+def test_readiness(env: dict[str, str], uid: int, mode: str, refused: bool) -> None:
+    """The refusal Claude Code makes at every spawn, foreseen; no credential is needed here
+    (the controller sends one per turn)."""
+    host = SpawnHost(uid=uid, permission_mode=mode, present=lambda path: False)
+    problems = ClaudeCodeAdapter().readiness_problems(env, host)
+    assert len(problems) == refused
+    assert all("IS_SANDBOX=1" in problem for problem in problems)

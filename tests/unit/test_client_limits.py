@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
@@ -18,15 +19,18 @@ from typing import Any
 
 import pytest
 import uvicorn
+from pydantic import SecretStr
 from starlette.types import ASGIApp, Receive, Scope, Send
 from uvicorn.server import ServerState
 
 from agent_server.__main__ import uvicorn_config
 from agent_server.app import create_app
+from agent_server.auth import ControllerAuth
 from agent_server.client_limits import (
     BODY_TIMEOUT_S,
     HEADER_TIMEOUT_S,
     MAX_HEAD_BYTES,
+    SEND_TIMEOUT_S,
     ClientLimits,
     GuardedProtocol,
     Phase,
@@ -35,7 +39,7 @@ from agent_server.client_limits import (
 )
 from agent_server.services import Services
 from tests.support.in_process import TOKEN, fake_cli_services, wait_until
-from tests.support.raw_client import close, trickle, until_closed
+from tests.support.raw_client import TCP_ESTABLISHED, close, tcp_state, trickle, until_closed
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -153,6 +157,15 @@ async def closed_while(
 def assert_at_deadline(elapsed: float, deadline: float) -> None:
     """Closed by that deadline's timer: not before it, and not long after."""
     assert deadline - EARLY <= elapsed <= deadline + SLACK, (elapsed, deadline)
+
+
+def assert_one_quiet_line(caplog: pytest.LogCaptureFixture, ending: str) -> None:
+    """The guard logged one line, ending so; nothing at WARNING or with a traceback."""
+    guard = [r.getMessage() for r in caplog.records if r.name == "agent_server.client_limits"]
+    assert len(guard) == 1
+    assert guard[0].endswith(ending)
+    noisy = [r for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info]
+    assert not noisy, [(r.name, r.getMessage()) for r in noisy]
 
 
 # --- the header phase -----------------------------------------------------------------
@@ -429,42 +442,297 @@ def test_the_app_phase_has_no_deadline_and_the_phases_follow_the_request() -> No
     run(scenario)
 
 
+# --- the send deadline ----------------------------------------------------------------
+
+SEND_S = 0.8
+SEND_LIMITS = ClientLimits(
+    header_timeout_s=30, body_timeout_s=30, max_connections=8, send_timeout_s=SEND_S
+)
+CHUNK = b"x" * 65536
+
+
+@dataclass
+class EndlessApp:
+    """Streams chunks until the client is gone (or `total` bytes are out), then ends."""
+
+    total: int | None = None
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """One request."""
+        await receive()
+        gone = asyncio.ensure_future(receive())  # http.disconnect, once the client is gone
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        sent = 0
+        while not gone.done() and (self.total is None or sent < self.total):
+            await send({"type": "http.response.body", "body": CHUNK, "more_body": True})
+            sent += len(CHUNK)
+            await asyncio.sleep(0)  # a step a chunk: the guard writes what a step held
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        gone.cancel()
+        self.ended.set()
+
+
+async def small_window_client(port: int, request: bytes, window: int = 4096) -> socket.socket:
+    """A connection with a `window`-byte receive buffer that sent `request`, read nothing."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, window)
+    sock.setblocking(False)
+    loop = asyncio.get_running_loop()
+    await loop.sock_connect(sock, ("127.0.0.1", port))
+    await loop.sock_sendall(sock, request)
+    return sock
+
+
+def test_a_client_that_reads_none_of_its_answer_is_reset_at_the_send_deadline(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Its socket buffers full, the server waits `send_timeout_s`, then resets it (one INFO
+    line, no error): the app sees the disconnect and ends, the connection is gone."""
+    app = EndlessApp()
+
+    async def scenario() -> None:
+        async with serving(app, SEND_LIMITS) as served:
+            started = time.monotonic()
+            with await small_window_client(served.port, head("/endless")) as sock:
+                await wait_until(lambda: tcp_state(sock) != TCP_ESTABLISHED, SEND_S + 5)
+                assert_at_deadline(time.monotonic() - started, SEND_S)
+            await wait_until(app.ended.is_set, WITHIN_S)
+            await wait_until(lambda: not served.state.connections, WITHIN_S)
+
+    with caplog.at_level(logging.DEBUG):
+        run(scenario)
+    assert_one_quiet_line(caplog, f"it read none of its answer for {SEND_S:g} s")
+
+
+def test_a_client_that_drains_its_answer_in_time_keeps_its_connection(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """It leaves the server waiting a while, then reads until the server writes again,
+    and again: each time the deadline is lifted; the whole answer arrives. (Waits of a
+    tenth of the deadline: a busy machine may stretch them.)"""
+    total = 128 * len(CHUNK)
+    end = b"\r\n0\r\n\r\n"
+    limits = ClientLimits(header_timeout_s=30, body_timeout_s=30, send_timeout_s=3.0)
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        async with serving(EndlessApp(total=total), limits) as served:
+            # A window a tiny one would make slow to drain (one 40 ms delayed ACK each).
+            window = 256 * 1024
+            with await small_window_client(served.port, head("/endless"), window) as sock:
+                received, waited_on = b"", 0
+
+                async def read() -> None:
+                    nonlocal received
+                    chunk = await asyncio.wait_for(loop.sock_recv(sock, 65536), 5)
+                    assert chunk, "closed before the end of the answer"
+                    received += chunk
+
+                while not received.endswith(end):
+                    await asyncio.sleep(limits.send_timeout_s / 10)
+                    flow = served.protocols[0].flow
+                    if flow.write_paused:  # read until the server writes again
+                        waited_on += 1
+                        while flow.write_paused:
+                            await read()
+                    else:  # all of it is written: read the rest
+                        while not received.endswith(end):
+                            await read()
+                assert received.count(b"x") == total
+                assert waited_on >= 2, "the server never waited on this client"
+
+    with caplog.at_level(logging.INFO, logger="agent_server.client_limits"):
+        run(scenario)
+    assert not [r for r in caplog.records if r.name == "agent_server.client_limits"]
+
+
 # --- the connection cap ---------------------------------------------------------------
 
 
-def test_over_the_cap_a_new_connection_is_closed_at_once(caplog: pytest.LogCaptureFixture) -> None:
-    """No HTTP answer (never a 503); one warning a spell; served again once one leaves."""
-    limits = ClientLimits(header_timeout_s=30, body_timeout_s=30, max_connections=3)
+CAP = 3
+CAP_LIMITS = ClientLimits(header_timeout_s=30, body_timeout_s=30, max_connections=CAP)
+WITH_TOKEN = f"X-Trinity-Agent-Token: {TOKEN}\r\n"
+
+
+@dataclass
+class HoldingApp:
+    """Answers `ok` at once, except a path that starts with /hold: after `release`."""
+
+    release: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """One request."""
+        if scope["path"].startswith("/hold"):
+            await self.release.wait()
+        headers = [(b"content-length", b"2")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+
+def behind_auth(app: ASGIApp, token: str | None = TOKEN) -> ControllerAuth:
+    """`app` behind the controller authentication, as the product serves it."""
+    return ControllerAuth(app, SecretStr(token) if token is not None else None)
+
+
+Stream = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+
+
+async def served_once(served: Served, request: bytes) -> Stream:
+    """A new connection that sent `request` and read its whole answer (200), kept open."""
+    reader, writer = await served.connect()
+    writer.write(request)
+    assert (await reader.readuntil(b"ok")).startswith(b"HTTP/1.1 200 ")
+    return reader, writer
+
+
+async def assert_closed_unanswered(stream: Stream) -> None:
+    """The server closed this connection (soon) without a byte of answer."""
+    assert await until_closed(stream[0], within=2) == b""
+    await close(stream[1])
+
+
+def test_at_the_cap_a_new_connection_closes_the_oldest_anonymous_one(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Idle connections cannot keep a new one out: it is served, the oldest one without
+    the token is closed with no answer (never a 503); one warning a spell, and one
+    once a connection arrives under the cap again."""
 
     async def scenario() -> None:
-        async with serving(RecordingApp(), limits) as served:
-            held = [await served.connect() for _ in range(3)]
-            await wait_until(lambda: len(served.state.connections) == 3, WITHIN_S)
+        async with serving(behind_auth(HoldingApp()), CAP_LIMITS) as served:
+            held = [await served.connect() for _ in range(CAP)]
+            await wait_until(lambda: len(served.state.connections) == CAP, WITHIN_S)
             for _ in range(4):
-                reader, writer = await served.connect()
-                writer.write(head("/health"))
                 started = time.monotonic()
-                answer = await until_closed(reader, within=5)
-                await close(writer)
-                assert answer == b""
+                newest = await served_once(served, head("/health"))
                 assert time.monotonic() - started < 0.5
-            assert len(served.state.connections) == 3
-            _, first = held.pop()
-            await close(first)
-            await wait_until(lambda: len(served.state.connections) == 2, WITHIN_S)
-            reader, writer = await served.connect()
-            writer.write(head("/health"))
-            assert (await reader.readuntil(b"ok")).startswith(b"HTTP/1.1 200 ")
-            for _, writer_ in [*held, (reader, writer)]:
-                await close(writer_)
+                await assert_closed_unanswered(held.pop(0))
+                held.append(newest)  # idle now, and still without the token
+            assert len(served.state.connections) == CAP
+            for stream in held:
+                await close(stream[1])
+            await wait_until(lambda: not served.state.connections, WITHIN_S)
+            await close((await served_once(served, head("/health")))[1])
 
     with caplog.at_level(logging.INFO, logger="agent_server.client_limits"):
         run(scenario)
     messages = [r.getMessage() for r in caplog.records if r.name == "agent_server.client_limits"]
     assert messages == [
-        "3 connections are open, the cap: closing new connections until one ends",
-        "accepting connections again; 4 were closed at the cap of 3",
+        "3 connections without the controller token are open, the cap: "
+        "each new connection closes the oldest of them",
+        "below the connection cap again: 4 connections without the controller token "
+        "were closed to make room",
     ]
+
+
+def test_a_connection_that_proved_the_token_keeps_its_slot() -> None:
+    """Older than every anonymous one, idle or with its request running, it is passed over;
+    it serves its answer and its next request."""
+    app = HoldingApp()
+
+    async def scenario() -> None:
+        async with serving(behind_auth(app), CAP_LIMITS) as served:
+            idle = await served_once(served, head("/api/credentials/status", extra=WITH_TOKEN))
+            running = await served.connect()
+            running[1].write(head("/hold/api/task", extra=WITH_TOKEN))
+            anonymous = [await served.connect() for _ in range(CAP)]
+            await wait_until(lambda: len(served.state.connections) == CAP + 2, WITHIN_S)
+            assert [p.authenticated for p in served.protocols] == [True, True] + [False] * CAP
+
+            newest = await served_once(served, head("/health"))
+            await assert_closed_unanswered(anonymous[0])
+            app.release.set()
+            assert (await running[0].readuntil(b"ok")).startswith(b"HTTP/1.1 200 ")
+            idle[1].write(head("/api/executions/running", extra=WITH_TOKEN))
+            assert (await idle[0].readuntil(b"ok")).startswith(b"HTTP/1.1 200 ")
+            for stream in [idle, running, *anonymous[1:], newest]:
+                await close(stream[1])
+
+    run(scenario)
+
+
+@pytest.mark.parametrize(
+    ("request_head", "token", "authenticated"),
+    [
+        pytest.param(head("/api/x", extra=WITH_TOKEN), TOKEN, True, id="the token on a route"),
+        pytest.param(head("/health", extra=WITH_TOKEN), TOKEN, True, id="the token on /health"),
+        pytest.param(head("/health"), TOKEN, False, id="/health without the token"),
+        pytest.param(
+            b"OPTIONS /api/x HTTP/1.1\r\nHost: a\r\n\r\n", TOKEN, False, id="OPTIONS without it"
+        ),
+        pytest.param(
+            head("/health", extra="X-Trinity-Agent-Token: not-the-token-0123456789\r\n"),
+            TOKEN,
+            False,
+            id="a wrong token on /health",
+        ),
+        pytest.param(head("/api/x"), None, True, id="any request when authentication is off"),
+    ],
+)
+def test_which_requests_mark_their_connection_as_the_controllers(
+    request_head: bytes, token: str | None, authenticated: bool
+) -> None:
+    """Only a request that carries the token (any request with authentication off)."""
+
+    async def scenario() -> None:
+        async with serving(behind_auth(HoldingApp(), token), CAP_LIMITS) as served:
+            await close((await served_once(served, request_head))[1])
+            assert served.protocols[0].authenticated is authenticated
+
+    run(scenario)
+
+
+def test_a_wrong_token_is_refused_and_marks_nothing() -> None:
+    """401, and the connection stays anonymous."""
+
+    async def scenario() -> None:
+        async with serving(behind_auth(HoldingApp()), CAP_LIMITS) as served:
+            reader, writer = await served.connect()
+            writer.write(head("/api/x", extra="X-Trinity-Agent-Token: not-it-0123456789\r\n"))
+            assert (await reader.readuntil(b"}")).startswith(b"HTTP/1.1 401 ")
+            assert served.protocols[0].authenticated is False
+            await close(writer)
+
+    run(scenario)
+
+
+def test_the_authenticated_connections_have_a_cap_of_their_own() -> None:
+    """Past it, one more proves the token but stays anonymous: the oldest to close."""
+
+    async def scenario() -> None:
+        async with serving(behind_auth(HoldingApp()), CAP_LIMITS) as served:
+            streams = [
+                await served_once(served, head("/api/x", extra=WITH_TOKEN)) for _ in range(CAP + 1)
+            ]
+            assert [p.authenticated for p in served.protocols] == [True] * CAP + [False]
+            anonymous = [await served.connect() for _ in range(CAP - 1)]
+            newest = await served_once(served, head("/health"))
+            await assert_closed_unanswered(streams.pop())
+            for stream in [*streams, *anonymous, newest]:
+                await close(stream[1])
+
+    run(scenario)
+
+
+def test_an_anonymous_request_in_progress_does_not_keep_its_slot() -> None:
+    """An anonymous answer the client never reads could otherwise hold a slot for ever:
+    the oldest anonymous connection is closed whatever its request is doing."""
+    app = HoldingApp()
+
+    async def scenario() -> None:
+        async with serving(behind_auth(app), CAP_LIMITS) as served:
+            running = await served.connect()
+            running[1].write(b"OPTIONS /hold HTTP/1.1\r\nHost: a\r\n\r\n")  # exempt: no token
+            others = [await served.connect() for _ in range(CAP - 1)]
+            await wait_until(lambda: len(served.state.tasks) == 1, WITHIN_S)
+            newest = await served_once(served, head("/health"))
+            await assert_closed_unanswered(running)
+            app.release.set()
+            for stream in [*others, newest]:
+                await close(stream[1])
+
+    run(scenario)
 
 
 @pytest.mark.parametrize(
@@ -496,7 +764,7 @@ def test_uvicorn_serves_through_the_guard(app_services: Services) -> None:
     assert config.ws == "none"
     assert config.loop == "asyncio", "uvloop refuses the SIGCHLD reaper: never 'auto'"
     assert config.proxy_headers is False, "the agent on the loopback could forge the caller"
-    assert (HEADER_TIMEOUT_S, BODY_TIMEOUT_S) == (10.0, 30.0)
+    assert (HEADER_TIMEOUT_S, BODY_TIMEOUT_S, SEND_TIMEOUT_S) == (10.0, 30.0, 30.0)
 
 
 def test_the_real_app_ends_a_closed_body_quietly(
@@ -517,8 +785,4 @@ def test_the_real_app_ends_a_closed_body_quietly(
 
     with caplog.at_level(logging.DEBUG):
         run(scenario)
-    guard = [r.getMessage() for r in caplog.records if r.name == "agent_server.client_limits"]
-    assert len(guard) == 1
-    assert guard[0].endswith(f"the request body was not complete within {BODY_S:g} s")
-    noisy = [r for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info]
-    assert not noisy, [(r.name, r.getMessage()) for r in noisy]
+    assert_one_quiet_line(caplog, f"the request body was not complete within {BODY_S:g} s")

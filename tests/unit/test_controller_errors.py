@@ -32,6 +32,7 @@ from agent_server.execution.outcome import ROWS, STATUS_BY_ERROR_CODE
 
 SERVER_ERRORS: dict[str, tuple[int, type[AgentError]]] = {
     "token_required": (400, RequestRejected),
+    "token_invalid": (400, RequestRejected),
     "generation_mismatch": (409, GenerationMismatch),
     "persist_failed": (500, AgentError),
     "execution_in_progress": (409, ExecutionInProgress),

@@ -110,10 +110,10 @@ def boot(
         pytest.param(
             "claude-code",
             {KEY: "base-key"},
-            "file-oauth",
+            "file-oauth-0123456789abcdef",
             {KEY: "file-key"},
             True,
-            {OAUTH: "file-oauth", KEY: ABSENT},
+            {OAUTH: "file-oauth-0123456789abcdef", KEY: ABSENT},
             id="an OAuth token only in the override file arms too",
         ),
         pytest.param(

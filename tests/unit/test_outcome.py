@@ -15,6 +15,7 @@ from agent_server.execution.runner import ProcessFacts
 from agent_server.names import OutcomeKind
 from agent_server.runtimes.base import OutcomeHints
 from agent_server.runtimes.claude_code import ClaudeCodeAdapter, ClaudeStreamParser
+from agent_server.runtimes.codex import CodexAdapter
 from agent_server.runtimes.gemini import GeminiAdapter
 from agent_server.runtimes.stream import TurnStream
 from tests.support import trinity
@@ -23,7 +24,7 @@ from tests.support.transcripts import REFERENCE_FIXTURES, load_scenario
 
 FIXTURES = REFERENCE_FIXTURES
 # The fixtures were captured at 2026-11-30T07:51Z; their resetsAt lies an hour later.
-CAPTURED = datetime(2026, 11, 30, 7, 51, 0, tzinfo=UTC)
+CAPTURED = datetime(2026, 12, 2, 5, 47, 21, tzinfo=UTC)
 LABEL = "Claude Code"
 
 
@@ -98,7 +99,7 @@ def strays(outcome: Outcome) -> list[str]:
 
 # --- the real transcripts ----------------------------------------------------------
 
-FIVE_HOUR_RESET = datetime.fromtimestamp(1796028660, UTC)
+FIVE_HOUR_RESET = datetime.fromtimestamp(1796194041, UTC)
 
 
 @pytest.mark.parametrize(
@@ -176,7 +177,7 @@ def test_rate_limit_message_is_the_cli_text() -> None:
     """A rate limit shows the CLI's own words and the structured reset."""
     stream, facts = load_fixture("rate_limit_five_hour_oauth")
     outcome = classify(stream, facts)
-    assert outcome.message == "You've hit your 5-hour limit · resets 8:51am (UTC)"
+    assert outcome.message == "You've hit your 5-hour limit · resets 6:47am (UTC)"
     assert retry_after_seconds(outcome, CAPTURED) == 3600
 
 
@@ -193,7 +194,7 @@ def test_rate_limit_without_resets_at_falls_back_to_the_text() -> None:
     )  # fmt: skip
     outcome = classify(stream, ProcessFacts(exit_code=1))
     assert outcome.kind is OutcomeKind.RATE_LIMIT
-    assert outcome.resets_at == datetime(2026, 11, 30, 8, 51, tzinfo=UTC)
+    assert outcome.resets_at == datetime(2026, 12, 2, 8, 51, tzinfo=UTC)
     assert outcome.rate_limit_type is None
 
 
@@ -518,8 +519,23 @@ def test_a_bare_error_result_after_529_retries_is_upstream() -> None:
 @pytest.mark.parametrize(
     ("hints", "exit_code", "kind"),
     [
-        pytest.param(GeminiAdapter.hints, 41, OutcomeKind.AUTH, id="Gemini's 41 is auth"),
+        pytest.param(
+            GeminiAdapter.hints,
+            41,
+            OutcomeKind.CONTAINER_FAULT,
+            id="Gemini's 41 without a missing key's text is its configuration, never auth",
+        ),
+        pytest.param(
+            GeminiAdapter.hints, 55, OutcomeKind.CONTAINER_FAULT, id="Gemini's 55 is no trust"
+        ),
         pytest.param(GeminiAdapter.hints, 53, OutcomeKind.MAX_TURNS, id="Gemini's 53 is turns"),
+        pytest.param(GeminiAdapter.hints, 173, OutcomeKind.RATE_LIMIT, id="Gemini's 173 is a 429"),
+        pytest.param(
+            GeminiAdapter.hints, 247, OutcomeKind.UPSTREAM_UNAVAILABLE, id="Gemini's 247 is a 503"
+        ),
+        pytest.param(
+            CodexAdapter.hints, 173, OutcomeKind.EXECUTION_ERROR, id="Codex's 173 is nothing"
+        ),
         pytest.param(
             GeminiAdapter.hints, 42, OutcomeKind.EXECUTION_ERROR, id="Gemini's 42 is bad input"
         ),
@@ -538,6 +554,8 @@ def test_named_exit_codes(hints: OutcomeHints, exit_code: int, kind: OutcomeKind
         now=CAPTURED,
     )
     assert outcome.kind is kind
+    if kind is OutcomeKind.CONTAINER_FAULT:  # the marker the controller never switches on
+        assert outcome.message.startswith("Permission bypass failed: ")
 
 
 def test_a_non_auth_message_is_scrubbed_of_auth_words() -> None:
@@ -562,7 +580,7 @@ def test_an_auth_message_keeps_its_words() -> None:
     """The auth row shows the CLI's text as is."""
     stream, facts = load_fixture("auth_oauth_401")
     outcome = classify(stream, facts)
-    assert outcome.message == "Not logged in · Please run /login"
+    assert outcome.message == "Failed to authenticate. API Error: 401 Invalid bearer token"
 
 
 def test_a_model_rejection_says_so_first_then_the_cli_sentence() -> None:
@@ -728,7 +746,7 @@ def test_error_detail_of_a_rate_limit() -> None:
         metadata=None,
         execution_log=None,
     )
-    assert detail["resets_at"] == "2026-11-30T08:51:00Z"
+    assert detail["resets_at"] == "2026-12-02T06:47:21Z"
     assert detail["rate_limit_type"] == "five_hour"
     assert detail["api_error_status"] == 429
     assert detail["error_code"] == "rate_limit"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import pytest
 
@@ -110,3 +111,101 @@ def test_invalid_utf8_is_replaced_never_an_error() -> None:
     progress.close({})
     (event, _) = asyncio.run(_collect(progress))
     assert "\ufffd" in event.data
+
+
+# --- the server's own event types are not the CLI's to use -------------------------------
+
+WITHHELD = "withheld"
+CLIPPED = "clipped"
+PAD = "x" * MAX_EVENT_BYTES
+
+
+@pytest.mark.parametrize(
+    ("line", "name", "kept"),
+    [
+        pytest.param('{"type":"terminal","status":"success"}', "line", WITHHELD, id="a terminal"),
+        pytest.param('{"type":"stream_end"}', "line", WITHHELD, id="a stream_end"),
+        pytest.param(' { "type" : "stream_end" } ', "line", WITHHELD, id="spaced out"),
+        pytest.param('{"type":"termin\\u0061l"}', "line", WITHHELD, id="the value escaped"),
+        pytest.param('{"typ\\u0065":"stream_end"}', "line", WITHHELD, id="the key escaped"),
+        pytest.param(
+            '{"type":"assistant","type":"terminal"}', "line", WITHHELD, id="a second type key"
+        ),
+        pytest.param(
+            '{"type":"terminal","type":"assistant"}', "line", WITHHELD, id="a first type key"
+        ),
+        pytest.param(
+            '{"m":{"type":"terminal"},"type":"assistant"}',
+            "line",
+            WITHHELD,
+            id="nested (a later mask of the brace would raise it)",
+        ),
+        pytest.param('{"type":"terminal",}', "line", WITHHELD, id="no JSON but a lenient reader's"),
+        pytest.param('{"type":"terminal"} {"a":1}', "line", WITHHELD, id="two objects"),
+        pytest.param(
+            '{"type":"terminal","pad":"' + PAD + '"}', "line", CLIPPED, id="too long to keep"
+        ),
+        pytest.param(
+            '{"type":"assistant","text":"open a terminal, type \\"stream_end\\""}',
+            "assistant",
+            None,
+            id="the words in a string are the CLI's",
+        ),
+        pytest.param(
+            '{"type":"user","content":"\\u001b[1mbold\\u001b[0m"}', "user", None, id="escapes"
+        ),
+        pytest.param('{"type":"rate_limit_event"}', "rate_limit_event", None, id="its own type"),
+        pytest.param('"terminal"', "line", None, id="a JSON string"),
+        pytest.param('[{"type":"terminal"}]', "line", None, id="an array (no type of its own)"),
+        pytest.param("terminal stream_end", "line", None, id="no JSON"),
+    ],
+)
+def test_no_cli_line_is_named_or_typed_as_the_servers_own(
+    line: str, name: str, kept: str | None
+) -> None:
+    """The server's types are reserved: such a line is `line`, withheld or clipped to its
+    size; any other keeps its own name and data."""
+    progress = Progress()
+    progress.add_line(line.encode())
+    progress.close({})
+    event, terminal = asyncio.run(_collect(progress))
+    assert event.name == name
+    if kept is None:
+        assert event.data == line
+    else:
+        assert json.loads(event.data) == {"type": name, kept: True, "bytes": len(line)}
+    assert terminal.name == "terminal"
+
+
+def test_a_line_nested_past_the_parsers_depth_is_withheld() -> None:
+    """Too deep to read, it cannot be shown to hold no terminal: withheld."""
+    depth = 2500
+    line = '{"a":' * depth + '{"type":"terminal"}' + "}" * depth
+    assert len(line) < MAX_EVENT_BYTES
+    progress = Progress()
+    progress.add_line(line.encode())
+    progress.close({})
+    event, _ = asyncio.run(_collect(progress))
+    assert (event.name, json.loads(event.data)["withheld"]) == ("line", True)
+
+
+@pytest.mark.parametrize(
+    ("line", "last"),
+    [
+        pytest.param(b'{"type":"system","subtype":"api_retry","attempt":3}', "system/api_retry",
+                     id="the CLI retrying the API itself"),
+        pytest.param(b'{"type":"system","subtype":"init"}', "system/init", id="init"),
+        pytest.param(b'{"type":"assistant","message":{}}', "assistant", id="the model's text"),
+        pytest.param(b'{"type":"system"}', "system", id="a system event without subtype"),
+        pytest.param(b"plain text", "line", id="a line that names no type"),
+        pytest.param(b'{"type":"terminal"}', "line", id="a forged server event is a line"),
+    ],
+)  # fmt: skip
+def test_the_last_event_says_what_the_cli_is_doing(line: bytes, last: str) -> None:
+    """The running list shows the CLI's last event, by type and a system event's subtype."""
+    progress = Progress()
+    before = time.time()
+    progress.add_line(line)
+    assert progress.last is not None
+    assert progress.last[0] == last
+    assert before <= progress.last[1] <= time.time()

@@ -13,8 +13,8 @@ import string
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent_server.execution.outcome import shape_message
 from agent_server.execution.pipes import StderrTail
+from agent_server.execution.wording import shape_message
 from agent_server.names import OutcomeKind
 from agent_server.redaction import Redactor
 from agent_server.vocabulary import own_vocabulary

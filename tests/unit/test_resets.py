@@ -166,6 +166,22 @@ def utc(year: int, month: int, day: int, hour: int = 0, minute: int = 0) -> date
             id="Gemini seconds only",
         ),
         pytest.param(
+            None,
+            ["[API Error: You exceeded your current quota, please check your plan and billing "
+             "details.\n* Quota exceeded for metric: x, limit: 10\nPlease retry in 43.2s.\n"
+             "Suggested retry after 43s.]"],
+            NOW + timedelta(seconds=43.2),
+            id="the Gemini API's retry delay",
+        ),
+        pytest.param(
+            None, ["Suggested retry after 3600s."], NOW + timedelta(hours=1),
+            id="the Gemini CLI's own suggestion",
+        ),
+        pytest.param(
+            None, ["Please retry in 750ms."], NOW + timedelta(milliseconds=750),
+            id="a retry delay in milliseconds",
+        ),
+        pytest.param(
             None, ["nothing here", "resets 8:32am"], utc(2025, 11, 30, 8, 32),
             id="the first text that names a reset wins",
         ),
@@ -207,6 +223,7 @@ def test_clock_time_across_a_dst_change() -> None:
 reset_words = st.sampled_from(
     [
         "resets ", "reset after ", "try again at ", "try again in ", "limit reached|",
+        "Please retry in ", "Suggested retry after ", "43.2s", "750ms",
         "regain access on ", "Dec 3, ", "Mon ", "am", "pm", " (UTC)", " (Europe/Berlin)",
         " (Nope/Zone)", "12:00", "8:32", "1h49m8s", "2 days ", "-", "|", "2025-02-30 at 07:32 UTC",
         "99999999999999999", "0", "Feb 29, ",

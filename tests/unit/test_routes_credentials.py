@@ -112,15 +112,27 @@ def test_a_matching_expected_generation_is_a_successful_compare_and_swap(
         pytest.param({"token": " \t "}, 400, "token_required", id="a blank token is 400"),
         pytest.param({}, 422, "validation_failed", id="no token at all is 422"),
         pytest.param(
-            {"token": "unit rotated oauth"}, 422, "validation_failed", id="a space inside is 422"
+            {"token": "unit rotated oauth 0123456789"},
+            400,
+            "token_invalid",
+            id="a space inside is 400 token_invalid",
         ),
         pytest.param(
-            {"token": "unit-rotated\x01oauth"},
-            422,
-            "validation_failed",
-            id="a control character is 422",
+            {"token": "sk-ant-oat01-…"},
+            400,
+            "token_invalid",
+            id="the README's placeholder is 400 token_invalid",
         ),
-        pytest.param({"token": "x" * 4097}, 422, "validation_failed", id="over 4096 bytes is 422"),
+        pytest.param({"token": "hello"}, 400, "token_invalid", id="a word is 400 token_invalid"),
+        pytest.param(
+            {"token": "unit-rotated\x01oauth"},
+            400,
+            "token_invalid",
+            id="a control character is 400 token_invalid",
+        ),
+        pytest.param(
+            {"token": "x" * 4097}, 400, "token_invalid", id="over 4096 bytes is 400 token_invalid"
+        ),
         pytest.param(
             {"token": ROTATED, "remove_api_keys": True},
             422,

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +13,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from agent_server import __version__
-from agent_server.routes.health import runtime_available
+from agent_server.execution.readiness import runtime_available
 from agent_server.services import Services
 from tests.support.contract import CLAUDE_TURN_OPTIONS, CODEX_TURN_OPTIONS
 from tests.support.in_process import (
@@ -78,6 +80,7 @@ def test_a_ready_claude_agent_is_ok(environ: dict[str, str]) -> None:
     assert response.status_code == 200
     assert response.json() == {
         "status": "ok",
+        "problems": [],
         "agent_name": "test-agent",
         "runtime": "claude-code",
         "runtime_available": True,
@@ -89,6 +92,7 @@ def test_a_ready_claude_agent_is_ok(environ: dict[str, str]) -> None:
         "capabilities": {
             "auth_override": ["oauth_token", "api_key", "provider"],
             "turn_options": CLAUDE_TURN_OPTIONS,
+            "not_enforced": [],
             "reload_token": True,
             "credential_status": True,
         },
@@ -117,6 +121,66 @@ def test_a_missing_runtime_is_degraded_and_still_200(
     assert response.json()["runtime_available"] is (status == "ok")
 
 
+def test_a_codex_without_a_key_is_degraded_until_a_reload_finds_one(
+    environ: dict[str, str],
+) -> None:
+    """Checked at boot: no key, no login, so no turn can run; a reload-token checks again
+    and finds the key the operator has since put in `.env`. Names, never values."""
+    key = "unit-openai-key-0123456789abcdef"
+    services = fake_cli_services(environ, AGENT_RUNTIME="codex")
+
+    async def scenario() -> tuple[dict[str, Any], dict[str, Any], int]:
+        await services.readiness.check()  # what the lifespan does at boot
+        async with app_client(services) as client:
+            before = (await client.get("/health")).json()
+            Path(environ["AGENT_SERVER_ENV_FILE"]).write_text(f"OPENAI_API_KEY={key}\n")
+            reload = await client.post("/api/credentials/reload-token", json={"token": "t" * 24})
+            after = (await client.get("/health")).json()
+            return before, after, reload.status_code
+
+    before, after, reloaded = asyncio.run(scenario())
+    assert reloaded == 200
+    assert before["status"] == "degraded"
+    assert before["runtime_available"] is True
+    (problem,) = before["problems"]
+    assert "OPENAI_API_KEY" in problem
+    assert (after["status"], after["problems"]) == ("ok", [])
+    assert key not in json.dumps(after)
+
+
+@pytest.mark.parametrize(
+    ("extra", "problems"),
+    [
+        pytest.param({"IS_SANDBOX": ""}, ["claude-code refuses bypassPermissions as root"],
+                     id="root without IS_SANDBOX=1 cannot run a turn"),
+        pytest.param({"IS_SANDBOX": "1"}, [], id="root with IS_SANDBOX=1 can"),
+        pytest.param({"IS_SANDBOX": "", "AGENT_SERVER_PERMISSION_MODE": "default"}, [],
+                     id="root in another permission mode can"),
+    ],
+)  # fmt: skip
+def test_a_claude_agent_as_root_needs_is_sandbox(
+    environ: dict[str, str], extra: dict[str, str], problems: list[str]
+) -> None:
+    """The spawn uid is the server's: as root, Claude Code's own refusal is foreseen."""
+    if os.geteuid() != 0:
+        pytest.skip("the refusal is root's; CI runs as root")
+    services = fake_cli_services(environ, **extra)
+    found = asyncio.run(services.readiness.check())
+    assert [text[: len(want)] for text, want in zip(found, problems, strict=True)] == problems
+    body = _health(services).json()
+    assert body["status"] == ("degraded" if problems else "ok")
+
+
+def test_a_missing_runtime_is_named_a_problem(environ: dict[str, str]) -> None:
+    """The command that is no executable is a problem too, named by its variable only."""
+    services = fake_cli_services(environ, AGENT_SERVER_RUNTIME_COMMAND="/nonexistent/x-cli")
+    body = _health(services).json()
+    assert body["problems"] == [
+        "the runtime command (AGENT_SERVER_RUNTIME_COMMAND) is no executable"
+    ]
+    assert "/nonexistent" not in json.dumps(body)
+
+
 def test_insecure_mode_says_so(environ: dict[str, str]) -> None:
     """AGENT_SERVER_INSECURE_NO_AUTH=1: auth "insecure"."""
     services = fake_cli_services(
@@ -126,30 +190,37 @@ def test_insecure_mode_says_so(environ: dict[str, str]) -> None:
 
 
 @pytest.mark.parametrize(
-    ("runtime", "overrides", "options"),
+    ("runtime", "overrides", "options", "unenforced"),
     [
         pytest.param(
             "claude-code",
             ["oauth_token", "api_key", "provider"],
             CLAUDE_TURN_OPTIONS,
+            [],
             id="claude code takes every override and every option",
         ),
         pytest.param(
             "codex",
             [],
             CODEX_TURN_OPTIONS,
-            id="codex takes no Claude credential, no prompt, tools or turn cap",
+            ["allowed_tools"],
+            id="codex takes no Claude credential, enforces no tool list, has no turn cap",
         ),
         pytest.param(
             "gemini-cli",
             [],
-            ["model", "resume_session_id"],
+            ["model", "system_prompt", "resume_session_id"],
+            ["allowed_tools", "persist_session"],
             id="gemini takes no Claude credential and keeps its sessions",
         ),
     ],
 )
 def test_capabilities_are_the_runtimes(
-    environ: dict[str, str], runtime: str, overrides: list[str], options: list[str]
+    environ: dict[str, str],
+    runtime: str,
+    overrides: list[str],
+    options: list[str],
+    unenforced: list[str],
 ) -> None:
     """capabilities follow the contract §6.1 table of each runtime."""
     services = fake_cli_services(environ, AGENT_RUNTIME=runtime)
@@ -157,6 +228,7 @@ def test_capabilities_are_the_runtimes(
     assert body["runtime"] == runtime
     assert body["capabilities"]["auth_override"] == overrides
     assert body["capabilities"]["turn_options"] == options
+    assert body["capabilities"]["not_enforced"] == unenforced
 
 
 def test_active_executions_counts_the_turns_in_flight(environ: dict[str, str]) -> None:

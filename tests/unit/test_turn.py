@@ -16,9 +16,13 @@ from agent_server.execution.ask import TurnAsk
 from agent_server.names import AUTH_OVERRIDE_HEADER
 from agent_server.redaction import Serialised
 from agent_server.services import Services
-from agent_server.turn_models import AuthOverride
+from agent_server.turn_models import AuthOverride, ImageInput
 from tests.conftest import agent_environ
+from tests.support.images import ONE_IMAGE
 from tests.support.in_process import fake_cli_services
+from tests.support.server import FAKE_CODEX, FAKE_GEMINI
+
+ONE_IMAGE_INPUT = ImageInput.model_validate(ONE_IMAGE)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -102,15 +106,17 @@ def test_a_stopped_turn_answers_by_who_stopped_it(
     [
         pytest.param(
             "codex",
-            TurnAsk(message="x", system_prompt="terse", allowed_tools=("Read",)),
-            ["system_prompt", "allowed_tools"],
-            id="codex takes no system prompt and no tool list",
+            TurnAsk(message="x", system_prompt="terse", allowed_tools=("Read",), max_turns=2,
+                    images=(ONE_IMAGE_INPUT,)),
+            ["max_turns", "images"],
+            id="codex has no turn cap and takes no images on stdin",
         ),
         pytest.param(
             "gemini-cli",
-            TurnAsk(message="x", max_turns=2, persist_session=False),
-            ["max_turns", "persist_session"],
-            id="gemini takes no turn cap and keeps its sessions",
+            TurnAsk(message="x", max_turns=2, persist_session=False, allowed_tools=("Read",),
+                    images=(ONE_IMAGE_INPUT,)),
+            ["max_turns", "images"],
+            id="gemini has no turn cap and takes no images on stdin",
         ),
         pytest.param(
             "claude-code",
@@ -119,20 +125,59 @@ def test_a_stopped_turn_answers_by_who_stopped_it(
             id="claude code honours every field",
         ),
     ],
-)
+)  # fmt: skip
 def test_a_field_the_runtime_cannot_honour_is_refused_before_anything_runs(
     tmp_path: Path, runtime: str, ask: TurnAsk, refused: list[str]
 ) -> None:
     """A 422 per field, naming field and runtime; the registry never sees the turn."""
     services = services_for(tmp_path, AGENT_RUNTIME=runtime)
     if not refused:
-        services.turns.refuse_unhonoured(ask)
+        ask.refuse_unhonoured(services.turns.adapter)
         return
     with pytest.raises(RequestInvalid) as caught:
         asyncio.run(services.turns.run(ask))
     assert [issue["loc"] for issue in caught.value.errors] == [["body", f] for f in refused]
     assert all(runtime in str(issue["msg"]) for issue in caught.value.errors)
     assert services.registry.recently_completed() == []
+
+
+@pytest.mark.parametrize(
+    ("runtime", "command", "ask", "unenforced"),
+    [
+        pytest.param(
+            "codex", FAKE_CODEX,
+            TurnAsk(message="x", execution_id="ne-codex", allowed_tools=("Read", "Bash")),
+            ["allowed_tools"],
+            id="codex runs without its tool list",
+        ),
+        pytest.param(
+            "gemini-cli", FAKE_GEMINI,
+            TurnAsk(message="x", execution_id="ne-gemini", allowed_tools=("Read",),
+                    persist_session=False),
+            ["allowed_tools", "persist_session"],
+            id="gemini runs without its tool list and keeps its session",
+        ),
+    ],
+)  # fmt: skip
+def test_a_field_the_runtime_cannot_enforce_runs_and_says_so(
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    runtime: str,
+    command: Path,
+    ask: TurnAsk,
+    unenforced: list[str],
+) -> None:
+    """The turn runs; a WARNING names the fields, and so does `metadata.not_enforced`."""
+    services = services_for(
+        tmp_path, AGENT_RUNTIME=runtime, AGENT_SERVER_RUNTIME_COMMAND=str(command)
+    )
+    with caplog.at_level(logging.WARNING, logger="agent_server.turn"):
+        answer = asyncio.run(services.turns.run(ask))
+    assert answer.status == 200, answer.body
+    assert answer.body["metadata"]["not_enforced"] == unenforced
+    warned = [r.getMessage() for r in caplog.records if "cannot enforce" in r.getMessage()]
+    assert warned == [f"runtime {runtime} cannot enforce {', '.join(unenforced)}: the turn "
+                      "runs without it"]  # fmt: skip
 
 
 def test_a_success_is_answered_as_drafted_when_its_result_arrived(tmp_path: Path) -> None:
