@@ -99,7 +99,8 @@ def check_can_switch(user: SpawnUser) -> None:
     if user.uid == os.geteuid():
         msg = (
             f"{SPAWN_USER_VARIABLE}={user.name} is the server's own user: "
-            "the agent would reach the server (unset it to run spawns as this user knowingly)"
+            "the agent would reach the server (set it empty, "
+            f"{SPAWN_USER_VARIABLE}=, to run spawns as this user knowingly)"
         )
         raise ConfigError(msg)
     if os.geteuid() == 0:

@@ -1,15 +1,21 @@
-"""`startup.sh`: export the override file's token, then exec the server (contract §3, §9)."""
+"""`startup.sh`: drop from root to the server's user, export the override file's token,
+then exec the server (contract §3, §9, §10)."""
 
 from __future__ import annotations
 
 import hashlib
 import os
+import pwd
+import shutil
 import subprocess
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import SecretRegistry
+from tests.support.agent_user import SERVER_CAPABILITIES, spawn_test_user
 
 STARTUP = Path(__file__).resolve().parents[2] / "startup.sh"
 FAKE_SERVER = """#!/usr/bin/env bash
@@ -20,25 +26,44 @@ else
 fi
 echo "pid $$"
 echo "args $*"
+echo "home $HOME"
+echo "cwd $PWD"
+grep -E '^(Uid|Gid|Groups|Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs):' /proc/self/status \\
+    | sed -E 's/:[[:space:]]*/ /'
 """
 
 
-def run_startup(tmp_path: Path) -> tuple[dict[str, str], int]:
-    """Run startup.sh with a fake server; return what it printed and the shell's PID."""
-    fake = tmp_path / "fake-agent-server"
+def start(directory: Path, script: Path = STARTUP, **extra: str) -> subprocess.Popen[str]:
+    """Start `script` with a fake server in `directory` (and `extra` in its environment).
+    By default no user of this machine is the server's (a root run stays root, as on a
+    machine without the image's user)."""
+    fake = directory / "fake-agent-server"
     fake.write_text(FAKE_SERVER)
     fake.chmod(0o755)
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": str(tmp_path),
-        "AGENT_SERVER_STATE_DIR": str(tmp_path / "state"),
+        "HOME": str(directory),
+        "AGENT_SERVER_STATE_DIR": str(directory / "state"),
         "AGENT_SERVER_BIN": str(fake),
+        "AGENT_SERVER_USER": "agent-server-no-such-user",
+        **extra,
     }
-    proc = subprocess.Popen(
-        ["bash", str(STARTUP), "--extra"], env=env, stdout=subprocess.PIPE, text=True
+    return subprocess.Popen(
+        ["bash", str(script), "--extra"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
-    out, _ = proc.communicate(timeout=60)
-    assert proc.returncode == 0
+
+
+def run_startup(
+    directory: Path, script: Path = STARTUP, **extra: str
+) -> tuple[dict[str, str], int]:
+    """Run `script` to its end; return what the fake server printed and the shell's PID."""
+    proc = start(directory, script, **extra)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
     lines = dict(line.split(" ", 1) for line in out.splitlines())
     return lines, proc.pid
 
@@ -93,3 +118,72 @@ def test_an_open_state_dir_is_not_trusted(tmp_path: Path, state_dir: Path) -> No
     (state_dir / "oauth-token").write_text("planted-token-123")
     state_dir.chmod(0o777)
     assert run_startup(tmp_path)[0]["token"] == "unset"
+
+
+# --- as root: the drop to the server's user -------------------------------------------
+
+
+@pytest.fixture
+def server_user() -> pwd.struct_passwd:
+    """A user to play the image's agent-server (the spawn-user tier's; root only)."""
+    return spawn_test_user()
+
+
+@pytest.fixture
+def reachable(server_user: pwd.struct_passwd) -> Iterator[Path]:
+    """A directory the server's user may enter, with a copy of startup.sh, and a state dir
+    of that user's (0700) holding a token."""
+    directory = Path(tempfile.mkdtemp(prefix="agent-server-startup-"))
+    try:
+        directory.chmod(0o755)
+        shutil.copy(STARTUP, directory / "startup.sh")
+        (directory / "startup.sh").chmod(0o755)
+        (directory / "state").mkdir(mode=0o700)
+        os.chown(directory / "state", server_user.pw_uid, server_user.pw_gid)
+        yield directory
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_as_root_it_becomes_the_servers_user_keeping_only_four_capabilities(
+    server_user: pwd.struct_passwd, reachable: Path, secret_registry: SecretRegistry
+) -> None:
+    """Its uid and group, no other group, CAP_KILL/SETGID/SETUID/SETPCAP in every set it
+    keeps (the ambient one carries them through the exec), no_new_privs, its home, `/` as
+    working directory; the token is read as that user, and the server keeps the PID."""
+    token = secret_registry.new("startup_dropped")
+    (reachable / "state" / "oauth-token").write_text(token)
+    os.chown(reachable / "state" / "oauth-token", server_user.pw_uid, server_user.pw_gid)
+    (reachable / "state" / "oauth-token").chmod(0o600)
+    printed, shell_pid = run_startup(
+        reachable,
+        reachable / "startup.sh",
+        AGENT_SERVER_USER=server_user.pw_name,
+        AGENT_SERVER_SPAWN_USER="developer",
+    )
+    assert printed["Uid"].split() == [str(server_user.pw_uid)] * 4
+    assert printed["Gid"].split() == [str(server_user.pw_gid)] * 4
+    assert printed["Groups"].split() == []
+    for capability_set in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
+        assert printed[capability_set] == SERVER_CAPABILITIES, capability_set
+    assert printed["NoNewPrivs"] == "1"
+    assert (printed["home"], printed["cwd"]) == (server_user.pw_dir, "/")
+    assert printed["token"] == "sha256:" + hashlib.sha256(token.encode()).hexdigest()[:12]
+    assert printed["pid"] == str(shell_pid)
+    assert printed["args"] == "serve --extra"
+
+
+def test_as_root_it_refuses_same_uid_mode(server_user: pwd.struct_passwd, reachable: Path) -> None:
+    """An empty AGENT_SERVER_SPAWN_USER would run every turn as the server's user: one
+    line, exit 2, no server."""
+    proc = start(
+        reachable,
+        reachable / "startup.sh",
+        AGENT_SERVER_USER=server_user.pw_name,
+        AGENT_SERVER_SPAWN_USER=" ",
+    )
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    assert out == ""
+    assert len(err.splitlines()) == 1
+    assert "--user 1000" in err

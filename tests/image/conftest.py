@@ -43,6 +43,7 @@ TOKEN_HEADER = "X-Trinity-Agent-Token"
 # Where a container sees the repository's tests/ (the fake CLIs), read-only.
 TESTS_MOUNT = "/opt/agent-server-tests/tests"
 FAKE_CLAUDE = f"{TESTS_MOUNT}/support/fake-claude"
+INTRUDER = f"{TESTS_MOUNT}/support/intruder-cli"
 
 
 def _fail_or_skip(reason: str) -> None:
@@ -119,6 +120,20 @@ def image(docker: Docker) -> dict[str, Any]:
         _fail_or_skip(f"the image {IMAGE} is not built: run `make image`")
     inspected: dict[str, Any] = json.loads(found.stdout)[0]
     return inspected
+
+
+_PROCESSES = """
+import glob, json
+found = []
+for path in glob.glob('/proc/[0-9]*/status'):
+    try:
+        with open(path) as status:
+            fields = (line.rstrip('\\n').split(':\\t', 1) for line in status if ':\\t' in line)
+            found.append(dict(fields))
+    except OSError:
+        pass  # gone meanwhile
+print(json.dumps(found))
+"""
 
 
 class Container:
@@ -212,9 +227,32 @@ class Container:
             out.write(json.dumps(response.text) + "\n")
         return response
 
-    def exec(self, *command: str) -> str:
-        """`docker exec` as the image's user; its stdout."""
-        return self.docker.run("exec", self.name, *command).stdout
+    def exec(self, *command: str, user: str | None = None) -> str:
+        """`docker exec` as `user` (by default the image's, root); its stdout."""
+        as_user = ("--user", user) if user else ()
+        return self.docker.run("exec", *as_user, self.name, *command).stdout
+
+    def processes(self) -> list[dict[str, str]]:
+        """The `/proc/<pid>/status` fields of every process in the container. What `docker
+        exec` runs, this reader too, has PPid 0: its parent is outside the container."""
+        listed: list[dict[str, str]] = json.loads(self.exec("python", "-I", "-c", _PROCESSES))
+        return listed
+
+    def server_status(self) -> dict[str, str]:
+        """The `/proc/<pid>/status` fields of the one agent-server process."""
+        (server,) = [p for p in self.processes() if p["Name"] == "agent-server"]
+        return server
+
+    def wait_running(self, execution_id: str) -> None:
+        """Wait until the server lists `execution_id` among its running turns."""
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            listing = self.request("GET", "/api/executions/running").json()
+            if execution_id in {e["execution_id"] for e in listing["executions"]}:
+                return
+            time.sleep(0.05)
+        msg = f"{execution_id} never ran:\n{self.logs()}"
+        raise AssertionError(msg)
 
     def logs(self) -> str:
         """Everything the container wrote to stdout and stderr so far."""

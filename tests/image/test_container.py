@@ -27,6 +27,7 @@ from tests.image.conftest import (
     Docker,
     find_needles,
 )
+from tests.support.agent_user import SERVER_CAPABILITIES
 from tests.support.messages_api import MessagesApiStandIn, cli_env, fingerprint
 
 OVERRIDE_FILE = f"{STATE_DIR}/oauth-token"
@@ -57,24 +58,25 @@ def agent(module_containers: Containers, api: MessagesApiStandIn) -> Container:
     return container.start()
 
 
-def test_runs_as_uid_1000(agent: Container, image: dict[str, Any]) -> None:
-    """The image's user is developer (uid 1000), and so is every process in the container."""
-    assert image["Config"]["User"] == "developer"
-    assert agent.exec("id", "-u").strip() == "1000"
-    uids = agent.exec(
-        "python",
-        "-I",
-        "-c",
-        "import glob\n"
-        "for status in glob.glob('/proc/[0-9]*/status'):\n"
-        "    fields = dict(l.split(':', 1) for l in open(status) if ':' in l)\n"
-        "    print(fields['Name'].strip(), fields['Uid'].split()[0])\n",
-    )
-    # `runc:[2:INIT]` is docker's own exec machinery, caught mid-exec of another
-    # `docker exec` (the healthcheck runs each second): not a process of the image.
-    processes = [line.split() for line in uids.splitlines() if not line.startswith("runc:")]
-    assert any(name == "agent-server" for name, _ in processes), processes
-    assert {uid for _, uid in processes} == {"1000"}, processes
+def test_the_server_runs_as_agent_server_and_nothing_of_the_image_as_root(
+    agent: Container, image: dict[str, Any]
+) -> None:
+    """The image starts as root, but only startup.sh does: every process the container's
+    init started runs as agent-server (uid 999) holding CAP_KILL, CAP_SETGID, CAP_SETUID
+    and CAP_SETPCAP; the spawn user, developer, is uid 1000."""
+    assert image["Config"]["User"] in ("", "root", "0")
+    assert agent.exec("id", "-u", "developer").strip() == "1000"
+    assert agent.exec("id", "-u", "agent-server").strip() == "999"
+    listed = agent.processes()
+    # Outside the tree: what `docker exec` runs (PPid 0, as the healthcheck's probes) and
+    # `--init`'s docker-init, which only reaps and forwards signals.
+    ours = [
+        (p["Name"], p["Uid"].split()[0], p["CapEff"])
+        for p in listed
+        if (p["PPid"] != "0" or p["Pid"] == "1") and p["Name"] != "docker-init"
+    ]
+    assert any(name == "agent-server" for name, _, _ in ours), listed
+    assert {(uid, caps) for _, uid, caps in ours} == {("999", SERVER_CAPABILITIES)}, ours
 
 
 def test_the_healthcheck_turns_healthy(agent: Container, image: dict[str, Any]) -> None:
@@ -137,7 +139,8 @@ def test_a_real_turn_runs_the_images_claude_code_with_the_reloaded_token(
 def test_reload_token_persists_in_the_state_volume_and_survives_a_restart(
     agent: Container, docker: Docker, secret_registry: SecretRegistry
 ) -> None:
-    """The rotated token is written 0600/uid 1000 to the volume and is in effect after restart."""
+    """The rotated token is written 0600, agent-server's, to the volume and is in effect after
+    a restart."""
     rotated = GIVEN["rotated"] = secret_registry.new("image_rotated")
     mounts = docker.inspect(agent.name)[0]["Mounts"]
     assert {(m["Type"], m.get("Name"), m["Destination"]) for m in mounts} == {
@@ -149,7 +152,7 @@ def test_reload_token_persists_in_the_state_volume_and_survives_a_restart(
     reloaded = agent.request("POST", "/api/credentials/reload-token", json={"token": rotated})
     assert reloaded.status_code == 200, reloaded.text
     assert reloaded.json()["fingerprint"] == server_fingerprint(rotated)
-    assert agent.exec("stat", "-c", "%a %u %g", OVERRIDE_FILE).split() == ["600", "1000", "1000"]
+    assert agent.exec("stat", "-c", "%a %u %g", OVERRIDE_FILE).split() == ["600", "999", "999"]
     assert agent.exec("cat", OVERRIDE_FILE) == rotated
 
     docker.run("restart", "-t", "20", agent.name, timeout=90)

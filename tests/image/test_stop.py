@@ -15,22 +15,10 @@ import httpx
 import pytest
 
 from agent_server.execution.timings import STOP_TIMEOUT_MARGIN_S
-from tests.image.conftest import FAKE_CLAUDE, REPO, TESTS_MOUNT, Container, Containers, Docker
+from tests.image.conftest import FAKE_CLAUDE, REPO, TESTS_MOUNT, Containers, Docker
 
 GRACE_S = 2
 STOP_TIMEOUT_S = 20
-
-
-def wait_running(container: Container, execution_id: str) -> None:
-    """Wait until the server lists `execution_id` among its running turns."""
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        listing = container.request("GET", "/api/executions/running").json()
-        if execution_id in {e["execution_id"] for e in listing["executions"]}:
-            return
-        time.sleep(0.05)
-    msg = f"{execution_id} never ran:\n{container.logs()}"
-    raise AssertionError(msg)
 
 
 @pytest.mark.timeout(180)
@@ -53,7 +41,7 @@ def test_docker_stop_mid_turn_answers_504_killed_and_exits_143(
             json={"message": "@sleep 30", "execution_id": execution_id},
             timeout=90,
         )
-        wait_running(agent, execution_id)
+        agent.wait_running(execution_id)
         sent = time.monotonic()
         docker.run("stop", "-t", str(STOP_TIMEOUT_S), agent.name, timeout=STOP_TIMEOUT_S + 30)
         stopped_after = time.monotonic() - sent

@@ -21,10 +21,14 @@ import sys
 import tempfile
 from pathlib import Path
 
+from agent_server.spawn_user import REQUIRED_CAPABILITIES
 from tests.conftest import unavailable
 
 REPO = Path(__file__).resolve().parents[2]
 SPAWN_TEST_USER = "agent-server-spawn"
+SERVER_CAPABILITIES = f"{sum(1 << bit for bit in REQUIRED_CAPABILITIES.values()):016x}"
+"""A capability set as /proc/<pid>/status shows it: exactly what a server that is not
+root keeps to run turns as the spawn user (the image's agent-server, startup.sh)."""
 STAND_INS = ("fake-claude", "hostile-cli", "intruder-cli", "fake-codex", "fake-gemini")
 _SUPPORT_MODULES = ("fake_cli", "fake_claude", "hostile_cli", "intruder_cli", "fake_codex",
                     "fake_gemini")  # fmt: skip

@@ -69,8 +69,19 @@ DESCRIPTORS = {
     "CLAUDE_CODE_OAUTH_TOKEN_FILE_DESCRIPTOR": "CLAUDE_CODE_OAUTH_TOKEN",
     "CLAUDE_CODE_API_KEY_FILE_DESCRIPTOR": "ANTHROPIC_API_KEY",
 }
-"""As the real CLI: a credential read from descriptor N (`/proc/self/fd/N`, until a
-newline or the end, trimmed) counts as that variable, which stays out of the environment."""
+"""As the real CLI: a credential read from descriptor N (until a newline or the end,
+trimmed) counts as that variable, which stays out of the environment."""
+
+
+def read_descriptor(fd: int) -> str:
+    """As the real CLI: open `/proc/self/fd/N`, and where that is refused (a pipe another
+    uid made, as a server that runs turns as the spawn user does) read fd N itself."""
+    try:
+        with open(f"/proc/self/fd/{fd}", encoding="utf-8") as handle:
+            return handle.readline().strip()
+    except PermissionError:
+        with open(fd, encoding="utf-8", closefd=False) as handle:
+            return handle.readline().strip()
 
 
 def credentials(env: dict[str, str]) -> dict[str, str]:
@@ -78,8 +89,7 @@ def credentials(env: dict[str, str]) -> dict[str, str]:
     found = {name: env[name] for name in CREDENTIAL_NAMES if name in env}
     for variable, name in DESCRIPTORS.items():
         if env.get(variable, "").isdigit():
-            with open(f"/proc/self/fd/{env[variable]}", encoding="utf-8") as handle:
-                value = handle.readline().strip()
+            value = read_descriptor(int(env[variable]))
             if value:
                 found[name] = value
     return found

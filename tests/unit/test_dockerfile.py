@@ -19,9 +19,12 @@ from pathlib import Path
 
 import pytest
 
+from agent_server.spawn_user import REQUIRED_CAPABILITIES
+
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "docker" / "Dockerfile"
 DOCKERIGNORE = ROOT / ".dockerignore"
+STARTUP = ROOT / "startup.sh"
 
 CLAUDE_CODE_PACKAGE = "@anthropic-ai/claude-code"
 CLAUDE_CODE_VERSION = "2.1.328"
@@ -295,16 +298,36 @@ def test_final_stage_ships_the_claude_binary_from_the_npm_stage(
     assert not any(re.search(r"\b(nodejs|npm)\b", i.args) for i in final.of("RUN"))
 
 
-def test_final_stage_runs_as_developer_before_the_entrypoint(final: Stage) -> None:
-    users = [(i.line, i.args.strip()) for i in final.of("USER")]
-    assert users, "the final stage never leaves root"
-    last_line, last_user = users[-1]
-    assert last_user.split(":")[0] in {"developer", "1000"}, last_user
-    entrypoint = final.of("ENTRYPOINT")
-    assert entrypoint, "no ENTRYPOINT in the final stage"
-    assert last_line < entrypoint[-1].line
+def test_final_stage_starts_as_root_for_startup_sh_only(final: Stage) -> None:
+    """No USER (or root): startup.sh needs root to become agent-server with its four
+    capabilities; the agent's developer keeps the fixed uid 1000."""
+    users = [i.args.strip().split(":")[0] for i in final.of("USER")]
+    assert not users or users[-1] in {"root", "0"}, users
     useradd = " ".join(i.args for i in final.of("RUN") if "useradd" in i.args)
-    assert re.search(r"--uid[ =]1000\b", useradd), "developer needs the fixed uid 1000"
+    assert re.search(r"--uid[ =]1000\b[^&;]*\bdeveloper\b", useradd), "developer needs uid 1000"
+    assert re.search(r"--uid[ =]999\b[^&;]*\bagent-server\b", useradd), "agent-server: uid 999"
+    assert re.search(r"--gid[ =]999\b[^&;]*\bagent-server\b", useradd), "and group 999"
+
+
+def test_startup_sh_drops_to_agent_server_keeping_only_the_servers_capabilities() -> None:
+    """The setpriv line: agent-server, no other group, exactly the capabilities the
+    server checks for (spawn_user.REQUIRED_CAPABILITIES) in every set it keeps, and
+    no_new_privs."""
+    script = STARTUP.read_text(encoding="utf-8")
+    assert 'server_user="${AGENT_SERVER_USER:-agent-server}"' in script
+    caps = re.search(r'caps="([^"]+)"', script)
+    assert caps, "startup.sh names no capabilities"
+    words = caps.group(1).split(",")
+    assert words[0] == "-all", words
+    kept = {word.removeprefix("+").upper() for word in words[1:]}
+    assert kept == {name.removeprefix("CAP_") for name in REQUIRED_CAPABILITIES}
+    (setpriv,) = [
+        shlex.split(line) for line in script.replace("\\\n", " ").splitlines()
+        if line.strip().startswith("exec setpriv ")
+    ]  # fmt: skip
+    for flag in ("--inh-caps", "--ambient-caps", "--bounding-set"):
+        assert f"{flag}=$caps" in setpriv, setpriv
+    assert {"--reuid=$server_user", "--clear-groups", "--no-new-privs"} <= set(setpriv)
 
 
 def test_final_stage_environment(final: Stage) -> None:
@@ -312,18 +335,21 @@ def test_final_stage_environment(final: Stage) -> None:
     for inst in final.of("ENV"):
         env.update(key_values(inst.args))
     assert env.get("AGENT_SERVER_STATE_DIR") == STATE_DIR
+    assert env.get("AGENT_SERVER_SPAWN_USER") == "developer"
     assert env.get("AGENT_SERVER_HOST") == "0.0.0.0"
     assert env.get("AGENT_SERVER_PORT") == "8000"
     assert env.get("PYTHONUNBUFFERED") == "1"
     assert "8000" in " ".join(i.args for i in final.of("EXPOSE")).split()
 
 
-def test_state_dir_is_created_private_and_owned_by_developer(final: Stage) -> None:
+def test_state_dir_is_created_private_and_owned_by_agent_server(final: Stage) -> None:
+    """0700 agent-server: the agent (developer) can neither list nor enter it."""
     runs = [i.args for i in final.of("RUN") if STATE_DIR in i.args]
     assert runs, f"{STATE_DIR} is never created"
     command = " ".join(runs)
-    owned = re.search(r"install\s[^&;]*-o\s+developer\b[^&;]*" + re.escape(STATE_DIR), command)
-    chowned = re.search(r"chown\s[^&;]*\bdeveloper\b[^&;]*" + re.escape(STATE_DIR), command)
+    owner = r"agent-server(:agent-server)?\b"
+    owned = re.search(r"install\s[^&;]*-o\s+" + owner + r"[^&;]*" + re.escape(STATE_DIR), command)
+    chowned = re.search(r"chown\s[^&;]*\b" + owner + r"[^&;]*" + re.escape(STATE_DIR), command)
     assert owned or chowned, command
     assert re.search(r"(-m\s+0?700|chmod\s+0?700)\b", command), "state dir must be 0700"
 

@@ -23,6 +23,7 @@ import yaml
 from kubernetes_validate.utils import all_versions
 
 from agent_server.execution.timings import STOP_TIMEOUT_MARGIN_S
+from agent_server.spawn_user import REQUIRED_CAPABILITIES
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFEST = ROOT / "docker" / "kubernetes" / "agent.yaml"
@@ -135,17 +136,112 @@ def test_the_controller_token_comes_from_a_secret(
             assert "value" not in item, f"{name} has a literal value"
 
 
-def test_the_pod_runs_as_uid_1000_non_root(statefulset: dict[str, Any]) -> None:
-    """runAsUser 1000 (the image's developer), runAsNonRoot, fsGroup 1000 for the volume."""
+# agent-server's group (docker/Dockerfile), and what the server keeps (startup.sh).
+SERVER_GID = 999
+SERVER_CAPABILITIES = {name.removeprefix("CAP_") for name in REQUIRED_CAPABILITIES}
+
+
+def test_the_pod_starts_as_root_and_keeps_only_the_servers_capabilities(
+    statefulset: dict[str, Any], container: dict[str, Any]
+) -> None:
+    """Root for startup.sh only, every capability dropped but the four the server keeps,
+    no escalation, and fsGroup agent-server's group for the state volume."""
     pod = statefulset["spec"]["template"]["spec"]
     context = pod["securityContext"]
-    assert context["runAsUser"] == 1000
-    assert context["runAsNonRoot"] is True
-    assert context["fsGroup"] == 1000
+    assert (context["runAsUser"], context["runAsNonRoot"]) == (0, False)
+    assert context["fsGroup"] == SERVER_GID
     # Without it, the kubelet re-chmods the state dir group-writable at every mount.
     assert context["fsGroupChangePolicy"] == "OnRootMismatch"
+    assert context["seccompProfile"] == {"type": "RuntimeDefault"}
+    own = container["securityContext"]
+    assert own["capabilities"]["drop"] == ["ALL"]
+    assert set(own["capabilities"]["add"]) == SERVER_CAPABILITIES
+    assert own["allowPrivilegeEscalation"] is False
+    assert "runAsUser" not in own
+
+
+# --- Pod Security Standards (kubernetes.io/docs/concepts/security/pod-security-standards)
+
+BASELINE_CAPABILITIES = {
+    "AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD",
+    "NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT",
+}  # fmt: skip
+
+
+def baseline_violations(pod: dict[str, Any]) -> list[str]:
+    """What of the pod spec Baseline forbids (the controls this manifest can touch)."""
+    found = [f"{key}" for key in ("hostNetwork", "hostPID", "hostIPC") if pod.get(key)]
+    found += [f"hostPath volume {v['name']}" for v in pod.get("volumes", []) if "hostPath" in v]
+    contexts = [pod.get("securityContext", {})]
     for item in pod["containers"]:
-        assert item.get("securityContext", {}).get("runAsUser", 1000) == 1000
+        own = item.get("securityContext", {})
+        contexts.append(own)
+        if own.get("privileged"):
+            found.append("privileged")
+        added = set(own.get("capabilities", {}).get("add", [])) - BASELINE_CAPABILITIES
+        found += [f"adds {name}" for name in sorted(added)]
+        found += ["hostPort" for port in item.get("ports", []) if port.get("hostPort")]
+    if any(c.get("seccompProfile", {}).get("type") == "Unconfined" for c in contexts):
+        found.append("seccomp Unconfined")
+    return found
+
+
+def restricted_violations(pod: dict[str, Any]) -> list[str]:
+    """What of the pod spec Restricted forbids, on top of Baseline."""
+    found = baseline_violations(pod)
+    context = pod.get("securityContext", {})
+    for item in pod["containers"]:
+        own = {**context, **item.get("securityContext", {})}
+        if own.get("runAsNonRoot") is not True or own.get("runAsUser") == 0:
+            found.append("runs as root")
+        capabilities = own.get("capabilities", {})
+        if "ALL" not in capabilities.get("drop", []):
+            found.append("keeps capabilities")
+        if set(capabilities.get("add", [])) - {"NET_BIND_SERVICE"}:
+            found.append("adds capabilities")
+        if own.get("allowPrivilegeEscalation") is not False:
+            found.append("allows privilege escalation")
+        if own.get("seccompProfile", {}).get("type") not in ("RuntimeDefault", "Localhost"):
+            found.append("no seccomp profile")
+    return found
+
+
+@pytest.mark.parametrize(
+    ("change", "violation"),
+    [
+        pytest.param({"hostPID": True}, "hostPID", id="a pod sharing the host's pids"),
+        pytest.param(
+            {"containers": [{"securityContext": {"privileged": True}}]},
+            "privileged",
+            id="a privileged container",
+        ),
+        pytest.param(
+            {"containers": [{"securityContext": {"capabilities": {"add": ["SYS_PTRACE"]}}}]},
+            "adds SYS_PTRACE",
+            id="a capability Baseline does not allow",
+        ),
+        pytest.param(
+            {"securityContext": {"seccompProfile": {"type": "Unconfined"}}},
+            "seccomp Unconfined",
+            id="no seccomp at all",
+        ),
+    ],
+)
+def test_the_baseline_check_finds_what_baseline_forbids(
+    change: dict[str, Any], violation: str
+) -> None:
+    """The check below is not a no-op: each forbidden setting is found."""
+    assert baseline_violations({"containers": [{}], **change}) == [violation]
+
+
+def test_the_pod_meets_baseline_and_not_restricted_only_for_the_privilege_split(
+    statefulset: dict[str, Any],
+) -> None:
+    """Baseline admits the pod; Restricted refuses it only for the root start and the
+    four capabilities, the price of running the agent as another user (contract §10)."""
+    pod = statefulset["spec"]["template"]["spec"]
+    assert baseline_violations(pod) == []
+    assert restricted_violations(pod) == ["runs as root", "adds capabilities"]
 
 
 def test_readiness_and_liveness_probe_health_on_port_8000(container: dict[str, Any]) -> None:
