@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import fields
+from typing import Any
 
 from pydantic import BaseModel
 from starlette.applications import Starlette
@@ -69,7 +71,7 @@ for _status in sorted(ERROR_STATUSES):
 
 async def _openapi(request: Request) -> Response:
     """The contract of this server (OpenAPI 3.1), generated from the pydantic models."""
-    return answer(request, request.app.state.openapi)
+    return answer(request, contract_document())
 
 
 ENDPOINTS = (
@@ -174,6 +176,15 @@ ERROR_CODES_BY_MODEL: dict[type[BaseModel], Sequence[str]] = {
 """The error_code values each error body can carry (the OpenAPI enums)."""
 
 
+@functools.cache
+def contract_document() -> dict[str, Any]:
+    """/openapi.json: made at its first request, not at boot (a server that never serves
+    it keeps the time and the memory)."""
+    return openapi_document(
+        ENDPOINTS, title="agent-server", version=__version__, error_codes=ERROR_CODES_BY_MODEL
+    )
+
+
 def create_app(settings: Settings, services: Services | None = None) -> Starlette:
     """Build the ASGI app for `settings` (services are built here unless given)."""
     services = services or Services.build(settings)
@@ -188,10 +199,12 @@ def create_app(settings: Settings, services: Services | None = None) -> Starlett
         logger.info(
             "agent-server serving runtime %s for agent %s", settings.runtime, settings.agent_name
         )
-        await asyncio.to_thread(services.results.sweep)
+        # Before serving, blocking work is the loop's: nothing waits on it yet, and a
+        # worker thread made now would stay, and cost the idle server its memory arena.
+        services.results.sweep()
         if services.results.callbacks is not None:
             services.results.callbacks.sweep_later()
-        await services.readiness.check()
+        services.readiness.check_at_boot()
         yield
         await services.registry.drain(settings.shutdown_grace_s)
         # Turns have answered; their results are being retained and sent (kept if not).
@@ -214,9 +227,6 @@ def create_app(settings: Settings, services: Services | None = None) -> Starlett
     # Each route takes its collaborators from app.state by name (Starlette's idiom).
     for field in fields(services):
         setattr(app.state, field.name, getattr(services, field.name))
-    app.state.openapi = openapi_document(
-        ENDPOINTS, title="agent-server", version=__version__, error_codes=ERROR_CODES_BY_MODEL
-    )
     app.add_middleware(ControllerAuth, token=services.controller_token)
     return app
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 
 from agent_server.credentials.store import CredentialStore
@@ -52,8 +53,16 @@ class Readiness:
         """Check the next plain spawn's environment now; log what would fail it.
 
         The environment is built as a spawn's is, but quietly: a spawn warns about `.env`."""
+        return self._check(await self._spawn_envs.read_dotenv())
+
+    def check_at_boot(self) -> tuple[str, ...]:
+        """`check` before the server serves: `.env` read on the loop, since nothing waits
+        on it yet (a worker thread made now would stay, and cost the idle server its
+        memory arena)."""
+        return self._check(self._spawn_envs.dotenv.read())
+
+    def _check(self, dotenv: Mapping[str, str]) -> tuple[str, ...]:
         state = self._store.current
-        dotenv = await self._spawn_envs.read_dotenv()
         spawn = build_spawn_env(state.baseline, dotenv, state.overrides)
         problems = tuple(self._adapter.readiness_problems(spawn.env, self._host))
         if problems != self.problems:

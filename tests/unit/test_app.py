@@ -19,7 +19,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from agent_server import __version__
-from agent_server.app import ENDPOINTS, create_app
+from agent_server.app import ENDPOINTS, contract_document, create_app
 from agent_server.config import Settings
 from agent_server.errors import api_error_codes
 from agent_server.execution.registry import BUSY_RETRY_AFTER_S
@@ -245,7 +245,7 @@ def test_without_services_create_app_builds_its_own(environ: dict[str, str]) -> 
 
 
 def test_openapi_json_serves_the_apps_own_document(environ: dict[str, str]) -> None:
-    """GET /openapi.json is app.state.openapi: this version, every path, the error_code enum."""
+    """GET /openapi.json is the app's contract: this version, every path, the error_code enum."""
     services = fake_cli_services(environ)
 
     async def scenario() -> tuple[httpx.Response, Any]:
@@ -254,7 +254,7 @@ def test_openapi_json_serves_the_apps_own_document(environ: dict[str, str]) -> N
         async with httpx.AsyncClient(
             transport=transport, base_url=BASE_URL, headers=HEADERS
         ) as client:
-            return await client.get("/openapi.json"), app.state.openapi
+            return await client.get("/openapi.json"), contract_document()
 
     response, document = asyncio.run(scenario())
     assert response.status_code == 200
