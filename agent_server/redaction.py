@@ -63,6 +63,11 @@ class Redactor:
         self._lock = threading.Lock()
         self._pinned: set[str] = set()
         self._dotenv: frozenset[str] = frozenset()
+        self._dotenv_seen: frozenset[str] = frozenset()
+        """What `.env` held last, words of ours included (the comparison's, not masked)."""
+        self._words: set[str] = set()
+        """Values offered that are words of ours: never held (a few, at most every piece
+        of the vocabulary's words)."""
         self._departed: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._departed_limit = departed_limit
         self._matcher: Matcher | None = Matcher(())
@@ -70,8 +75,9 @@ class Redactor:
     # --- what it knows ---------------------------------------------------------------
 
     def add(self, values: Iterable[SecretStr | str | None]) -> None:
-        """Mask these values from now on, for the server's life."""
-        new = {v for v in _plain(values) if v not in self._pinned}
+        """Mask these values from now on, for the server's life (never a word of ours)."""
+        new = {v for v in _plain(values) if v not in self._pinned and v not in self._words}
+        new -= self._words_among(new)
         if not new:
             return
         with self._lock:
@@ -80,7 +86,12 @@ class Redactor:
 
     def track_dotenv(self, values: Iterable[str]) -> None:
         """The credential values `.env` holds now; values that left it start to age out."""
-        current = frozenset(_plain(values))
+        seen = frozenset(_plain(values))
+        if seen == self._dotenv_seen:
+            return
+        self._words_among(seen - self._dotenv_seen)  # only what is new needs a look
+        self._dotenv_seen = seen
+        current = frozenset(v for v in seen if v not in self._words)
         if current == self._dotenv:
             return
         with self._lock:
@@ -93,6 +104,13 @@ class Redactor:
                 self._departed.popitem(last=False)
             self._dotenv = current
             self._matcher = None
+
+    def _words_among(self, values: set[str] | frozenset[str]) -> set[str]:
+        """The values that occur in the server's vocabulary (remembered): one pass over it
+        for all of them, made only for values never looked at before."""
+        found = occurring(set(values), self._vocabulary) if values else set()
+        self._words |= found
+        return found
 
     @property
     def size(self) -> int:
@@ -198,8 +216,7 @@ class Redactor:
             return matcher
         with self._lock:
             if self._matcher is None:
-                values = self._pinned | self._dotenv | self._departed.keys()
-                self._matcher = Matcher(values - occurring(values, self._vocabulary))
+                self._matcher = Matcher(self._pinned | self._dotenv | self._departed.keys())
             return self._matcher
 
 
