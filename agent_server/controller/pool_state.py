@@ -128,6 +128,10 @@ class PoolSnapshot:
             a.agent for a in self.assignments.values() if a.credential_id == credential_id
         )
 
+    def with_assignment(self, assignment: Assignment) -> PoolSnapshot:
+        """This snapshot as the store has it once `assignment` is made."""
+        return replace(self, assignments={**self.assignments, assignment.agent: assignment})
+
     def with_failure(self, failure: Failure) -> PoolSnapshot:
         """This snapshot as the store has it once `failure` is recorded."""
         kept = self.failures.get(failure.credential_id, {})

@@ -161,7 +161,7 @@ class _Walk:
         self.assignment = self.snapshot.assignments.get(agent)
         if self.assignment is None:  # its first walk
             self.assignment = await self.w.assignment_of(agent)
-            self.snapshot = await self.w.store.snapshot()
+            self.snapshot = self.snapshot.with_assignment(self.assignment)
         self.w._emit(WalkPhase.STARTED, agent, credential_id=self.assignment.credential_id)
         limit = len(self.w.pool.credentials) + EXTRA_RUNGS
         while len(self.trail) < limit:
