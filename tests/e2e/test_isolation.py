@@ -4,7 +4,9 @@ A real server runs as root (as CI does) with `AGENT_SERVER_SPAWN_USER` set to a 
 user; its runtime is the intruder stand-in (tests/support/intruder_cli.py), which tries
 what a hostile agent's tools would: signal or read the server, reach its state dir,
 find another turn's credential in any environment, leave a process behind, forge a
-callback. Every attempt must fail, and the server must answer as before.
+callback. Every attempt must fail, and the server must answer as before. One turn runs
+the pinned Claude Code as the spawn user instead: it reads its token from the server's
+pipe, and its Bash tool finds the token in no environment.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from tests.e2e.conftest import TurnServers
 from tests.support.agent_user import Reachable, spawn_test_user
 from tests.support.callback_receiver import CallbackReceiver
 from tests.support.fake_cli import fingerprint
+from tests.support.messages_api import QUIET_CLI, MessagesApiStandIn, Scenario, require_real_cli
 from tests.support.server import ServerProcess
 
 pytestmark = pytest.mark.timeout(180)
@@ -159,6 +162,47 @@ def test_no_turn_finds_another_turns_credential_anywhere(
     names = scan["own_environ"]["names"]
     assert "CLAUDE_CODE_OAUTH_TOKEN" not in names
     assert "CLAUDE_CODE_OAUTH_TOKEN_FILE_DESCRIPTOR" in names
+
+
+@pytest.mark.realcli
+def test_the_real_cli_as_the_spawn_user_reads_its_descriptor_and_its_tools_find_nothing(
+    turn_servers: TurnServers,
+    reachable: Reachable,
+    agent: pwd.struct_passwd,
+    secret_registry: SecretRegistry,
+) -> None:
+    """The pinned Claude Code as the spawn user reads the token from a pipe the server
+    made (another uid's), so the turn is served by it; its Bash tool finds the token in
+    no environment of the turn, the CLI's included."""
+    cli = reachable.program(require_real_cli())
+    baseline = secret_registry.new("isolation_real_baseline")
+    with MessagesApiStandIn() as api:
+        api.on(baseline, Scenario.BASH_TOOL)
+        server = _start(
+            turn_servers,
+            reachable,
+            agent,
+            AGENT_SERVER_RUNTIME_COMMAND=str(cli),
+            ANTHROPIC_BASE_URL=api.base_url,
+            CLAUDE_CODE_OAUTH_TOKEN=baseline,
+            **QUIET_CLI,
+        )
+        with server.client(timeout=120) as client:
+            answer = client.post("/api/task", json={"message": "run it"})
+        outputs = api.tool_outputs
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["response"].strip() == (
+        f"served-by kind=bearer fp={fingerprint(baseline)}"
+    )
+    (output,) = outputs  # never printed: it would hold what leaked
+    as_the_agent = f"USER={agent.pw_name}\n" in output
+    assert as_the_agent, "the tool did not run as the spawn user"
+    read_the_turns = output.count("== /proc/") >= 2  # the CLI and the tool's own shell
+    assert read_the_turns, "the tool read no environment of the turn's processes"
+    leaked = baseline in output
+    assert not leaked, "the token is in an environment of the turn"
+    named = "CLAUDE_CODE_OAUTH_TOKEN_FILE_DESCRIPTOR=" in output
+    assert named, "the CLI's environment does not name the descriptor"
 
 
 def test_a_process_that_escapes_dies_with_its_turn_across_the_uid_boundary(

@@ -33,6 +33,10 @@ from tests.support.server import ServerProcess
 pytestmark = pytest.mark.realcli
 
 OVERRIDE_HEADER = "X-Trinity-Auth-Override"
+DESCRIPTOR_OF = {
+    "oauth_token": "CLAUDE_CODE_OAUTH_TOKEN_FILE_DESCRIPTOR",
+    "api_key": "CLAUDE_CODE_API_KEY_FILE_DESCRIPTOR",
+}
 
 
 class CountingStandIn(MessagesApiStandIn):
@@ -167,6 +171,33 @@ def test_an_override_serves_exactly_that_credential_then_the_baseline_returns(
     plain = post(server, "/api/task", {"message": "and now?"})
     assert served_by(plain) == bearer(baseline_token)
     assert OVERRIDE_HEADER.lower() not in plain.headers
+
+
+@pytest.mark.parametrize("kind", ["oauth_token", "api_key"])
+def test_a_bash_tool_in_the_turn_finds_no_credential_in_any_environment(
+    server: ServerProcess,
+    api: CountingStandIn,
+    secret_registry: SecretRegistry,
+    baseline_token: str,
+    kind: str,
+) -> None:
+    """The turn's Bash tool prints its own environment and that of every process of the
+    turn (the CLI's too): the override that served and the baseline are in none, the
+    CLI's names the descriptor it read instead (contract §4.7)."""
+    secret = secret_registry.new(f"real_tool_{kind}")
+    api.on(secret, Scenario.BASH_TOOL)
+    before = len(api.tool_outputs)
+    response = post(server, "/api/task", {"message": "run it", "auth_override": {kind: secret}})
+    header_kind = "bearer" if kind == "oauth_token" else "x-api-key"
+    assert served_by(response) == f"served-by kind={header_kind} fp={fingerprint(secret)}"
+    (output,) = api.tool_outputs[before:]  # never printed: it would hold what leaked
+    read_the_turns = output.count("== /proc/") >= 2  # the CLI and the tool's own shell
+    assert read_the_turns, "the tool read no environment of the turn's processes"
+    found = [name for name, value in (("override", secret), ("baseline", baseline_token))
+             if value in output]  # fmt: skip
+    assert found == []
+    named = f"{DESCRIPTOR_OF[kind]}=" in output
+    assert named, "the CLI's environment does not name the descriptor"
 
 
 def test_a_capped_override_answers_429_with_the_header_stamped(

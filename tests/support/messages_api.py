@@ -85,6 +85,7 @@ class Scenario(enum.StrEnum):
     SERVER_ERROR = "server_error"  # 500
     MODEL_NOT_FOUND = "model_not_found"  # 404
     SLOW = "slow"  # success once api.release() is called (or slow_max_wait_s passes)
+    BASH_TOOL = "bash_tool"  # asks for one Bash call (TOOL_COMMAND), then a success
 
 
 # Substring of the credential -> scenario, checked in this order.
@@ -96,7 +97,16 @@ DEFAULT_SUBSTRING_SCENARIOS: tuple[tuple[str, Scenario], ...] = (
     ("overloaded", Scenario.OVERLOADED),
     ("servererror", Scenario.SERVER_ERROR),
     ("slow", Scenario.SLOW),
+    ("bashtool", Scenario.BASH_TOOL),
 )
+
+TOOL_COMMAND = (
+    "env; for e in /proc/[0-9]*/environ; do "
+    "if { tr '\\0' '\\n' < \"$e\"; } 2>/dev/null | grep -q '^TRINITY_EXECUTION_ID='; "
+    "then echo \"== $e\"; { tr '\\0' '\\n' < \"$e\"; } 2>/dev/null; fi; done"
+)
+"""What a BASH_TOOL turn's tool runs: its own environment, then that of every process of
+the turn it can read (the CLI's among them: each carries the turn's tag)."""
 
 
 class ScenarioCredentials:
@@ -203,6 +213,21 @@ def api_key_rate_limit_headers(retry_after_s: int) -> dict[str, str]:
 
 def _sse(text: str, model: str) -> Iterator[bytes]:
     """Yield the server-sent events of a one-block text message."""
+    delta = {"type": "text_delta", "text": text}
+    return _sse_block({"type": "text", "text": ""}, delta, "end_turn", model)
+
+
+def _sse_tool_use(command: str, model: str) -> Iterator[bytes]:
+    """Yield the server-sent events of a message that asks for one Bash call."""
+    block = {"type": "tool_use", "id": "toolu_mock", "name": "Bash", "input": {}}
+    delta = {"type": "input_json_delta", "partial_json": json.dumps({"command": command})}
+    return _sse_block(block, delta, "tool_use", model)
+
+
+def _sse_block(
+    block: dict[str, Any], delta: dict[str, Any], stop_reason: str, model: str
+) -> Iterator[bytes]:
+    """Yield the server-sent events of a one-block message."""
     events: list[dict[str, Any]] = [
         {
             "type": "message_start",
@@ -217,12 +242,12 @@ def _sse(text: str, model: str) -> Iterator[bytes]:
                 "usage": dict(USAGE, output_tokens=1),
             },
         },
-        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
-        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}},
+        {"type": "content_block_start", "index": 0, "content_block": block},
+        {"type": "content_block_delta", "index": 0, "delta": delta},
         {"type": "content_block_stop", "index": 0},
         {
             "type": "message_delta",
-            "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+            "delta": {"stop_reason": stop_reason, "stop_sequence": None},
             "usage": {"output_tokens": 5},
         },
         {"type": "message_stop"},
@@ -285,6 +310,7 @@ class MessagesApiStandIn(ThreadServer):
         self._scenarios: dict[str, Scenario] = {}
         self._headroom: dict[str, Headroom] = {}
         self._reset_in: dict[str, int] = {}
+        self._tool_outputs: list[str] = []
         self._released = threading.Event()
         app = Starlette(
             routes=[
@@ -356,6 +382,13 @@ class MessagesApiStandIn(ThreadServer):
         """The ``POST /v1/messages`` requests received so far (the gateway's too)."""
         return [r for r in self.requests if r.path.endswith("/v1/messages")]
 
+    @property
+    def tool_outputs(self) -> list[str]:
+        """What the BASH_TOOL turns' tool printed, as the CLI sent it back (raw: a test
+        looks for credentials in it, and must not print it)."""
+        with self._lock:
+            return list(self._tool_outputs)
+
     def wait_for_requests(self, count: int, timeout: float = 10.0) -> list[RecordedRequest]:
         """Block until ``count`` message requests arrived; raise ``TimeoutError`` otherwise."""
         deadline = time.monotonic() + timeout
@@ -410,6 +443,14 @@ class MessagesApiStandIn(ThreadServer):
         self._record(request, model, stream, credential, scenario, _images(body))
         if scenario is Scenario.SLOW:
             await self._wait_released()
+        if scenario is Scenario.BASH_TOOL:
+            output = _tool_result(body)
+            if output is None:
+                return StreamingResponse(
+                    _sse_tool_use(TOOL_COMMAND, str(model)), media_type="text/event-stream"
+                )
+            with self._lock:
+                self._tool_outputs.append(output)
         return self._answer(scenario, credential, str(model), bool(stream))
 
     async def _wait_released(self) -> None:
@@ -425,7 +466,7 @@ class MessagesApiStandIn(ThreadServer):
             reset_in = self._reset_in.get(credential.value or "", self.reset_in_s)
         resets_at = int(time.time()) + reset_in
         match scenario:
-            case Scenario.SUCCESS | Scenario.SLOW:
+            case Scenario.SUCCESS | Scenario.SLOW | Scenario.BASH_TOOL:
                 fp = fingerprint(credential.value or "")
                 text = f"served-by kind={credential.kind} fp={fp}"
                 headers = {"request-id": REQUEST_ID, **self._headroom_headers(credential)}
@@ -498,6 +539,20 @@ class MessagesApiStandIn(ThreadServer):
         (e.g. ``CLAUDE_CODE_OAUTH_TOKEN="sk-ant-oat01-good-aaaa"``).
         """
         return cli_env(self.base_url, home, **credentials)
+
+
+def _tool_result(body: object) -> str | None:
+    """The text of the last message's tool result, or None when it carries none."""
+    messages = body.get("messages") if isinstance(body, dict) else None
+    last = messages[-1] if isinstance(messages, list) and messages else None
+    content = last.get("content") if isinstance(last, dict) else None
+    for block in content if isinstance(content, list) else []:
+        if isinstance(block, dict) and block.get("type") == "tool_result":
+            inner = block.get("content")
+            if isinstance(inner, list):
+                return "".join(str(b.get("text", "")) for b in inner if isinstance(b, dict))
+            return str(inner)
+    return None
 
 
 def _images(body: object) -> tuple[tuple[str, str], ...]:
