@@ -39,9 +39,24 @@ safe_dir() {
     mode="$(stat -L -c '%a' -- "$state_dir" 2>/dev/null)" || return 1
     (( (8#$mode & 8#022) == 0 ))
 }
-if [ -f "$override_file" ] && [ ! -L "$override_file" ] && [ -s "$override_file" ] && safe_dir; then
-    CLAUDE_CODE_OAUTH_TOKEN="$(cat -- "$override_file")"
-    export CLAUDE_CODE_OAUTH_TOKEN
+# The file's token as the server takes it (contract §3): at most 4096 bytes and blanks
+# around it, trimmed, then 20 to 4096 printable ASCII characters with no blank or NUL;
+# anything else is no token (the server refuses that file too, with an ERROR line).
+override_token() {
+    local LC_ALL=C raw="" size
+    size="$(stat -c '%s' -- "$override_file")" || return 1
+    (( size <= 4096 + 64 )) || return 1
+    IFS= read -r -d '' raw < "$override_file" || true
+    (( ${#raw} == size )) || return 1 # it stopped at a NUL byte
+    raw="${raw#"${raw%%[![:space:]]*}"}"
+    raw="${raw%"${raw##*[![:space:]]}"}"
+    [[ $raw =~ ^[!-~]{20,4096}$ ]] || return 1
+    printf '%s' "$raw"
+}
+if [ -f "$override_file" ] && [ ! -L "$override_file" ] && safe_dir \
+    && token="$(override_token)"; then
+    export CLAUDE_CODE_OAUTH_TOKEN="$token"
 fi
+unset token
 
 exec "${AGENT_SERVER_BIN:-agent-server}" serve "$@"

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from agent_server.models import MAX_TOKEN_BYTES, MIN_TOKEN_CHARS
 from tests.conftest import SecretRegistry
 from tests.support.agent_user import SERVER_CAPABILITIES, spawn_test_user
 
@@ -98,6 +99,48 @@ def test_nothing_is_exported_without_a_token(
     printed, shell_pid = run_startup(tmp_path)
     assert printed["token"] == "unset"
     assert printed["pid"] == str(shell_pid)
+
+
+def test_blanks_around_the_token_are_trimmed(
+    tmp_path: Path, state_dir: Path, secret_registry: SecretRegistry
+) -> None:
+    """As the server reads the file: the token without the blanks a hand added."""
+    token = secret_registry.new("startup_trimmed")
+    (state_dir / "oauth-token").write_text(f"  {token}\n\n")
+    printed, _ = run_startup(tmp_path)
+    assert printed["token"] == "sha256:" + hashlib.sha256(token.encode()).hexdigest()[:12]
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"hello",
+        "sk-ant-oat01-\u2026".encode(),
+        b"sk-ant-oat01-aaaaaaaaaa bbbbbbbbbbbbbbbbbbbb",
+        b"sk-ant-oat01-aaaaaaaaaa\0bbbbbbbbbbbbbbbbbbbb",
+        b"sk-ant-oat01-" + b"a" * 5000,
+    ],
+    ids=["a word", "the placeholder", "a blank inside", "a NUL inside", "too long"],
+)
+def test_what_the_server_would_refuse_is_not_exported(
+    tmp_path: Path, state_dir: Path, content: bytes
+) -> None:
+    """A file that holds no token the server would take (contract §3) exports nothing, so
+    it cannot become the baseline's token either; the operator's token stays."""
+    (state_dir / "oauth-token").write_bytes(content)
+    printed, _ = run_startup(tmp_path)
+    assert printed["token"] == "unset"
+    kept = "operator-token-0123456789"
+    printed, _ = run_startup(tmp_path, CLAUDE_CODE_OAUTH_TOKEN=kept)
+    assert printed["token"] == "sha256:" + hashlib.sha256(kept.encode()).hexdigest()[:12]
+
+
+def test_its_token_rule_is_the_servers() -> None:
+    """The shell spells the server's bounds (models.py), which no test of cases would
+    notice drifting apart at the edges."""
+    script = STARTUP.read_text()
+    assert f"^[!-~]{{{MIN_TOKEN_CHARS},{MAX_TOKEN_BYTES}}}$" in script
+    assert f"(( size <= {MAX_TOKEN_BYTES} + 64 ))" in script
 
 
 def test_a_missing_state_dir_exports_nothing(tmp_path: Path) -> None:
