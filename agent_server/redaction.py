@@ -39,7 +39,7 @@ from typing import Any
 from pydantic import SecretStr
 
 from agent_server.secret_file import compact_json
-from agent_server.secret_matcher import MASK, SURROGATE, Matcher, occurring, valid_text
+from agent_server.secret_matcher import MASK, SURROGATE, Matcher, valid_text
 from agent_server.token_shapes import LONGEST_HINT, TOKEN_PATTERNS, maybe_token
 from agent_server.vocabulary import own_vocabulary
 
@@ -106,9 +106,10 @@ class Redactor:
             self._matcher = None
 
     def _words_among(self, values: set[str] | frozenset[str]) -> set[str]:
-        """The values that occur in the server's vocabulary (remembered): one pass over it
-        for all of them, made only for values never looked at before."""
-        found = occurring(set(values), self._vocabulary) if values else set()
+        """The values that occur in the server's vocabulary (remembered), asked only of
+        values never looked at before. A substring search a value: faster than building
+        an automaton over the values, even for thousands of them."""
+        found = {value for value in values if value in self._vocabulary}
         self._words |= found
         return found
 

@@ -64,19 +64,6 @@ class Matcher:
         return "".join(parts)
 
 
-def occurring(values: set[str], text: str) -> set[str]:
-    """The values found anywhere in `text` (overlapping matches too): one pass."""
-    if not values or not text:
-        return set()
-    patterns = sorted(values)
-    automaton = ahocorasick_rs.AhoCorasick(patterns)
-    try:
-        matches = automaton.find_matches_as_indexes(text, overlapping=True)
-    except UnicodeEncodeError:
-        matches = automaton.find_matches_as_indexes(valid_text(text), overlapping=True)
-    return {patterns[index] for index, _, _ in matches}
-
-
 def forms(value: str) -> tuple[str, str, str]:
     """A value as it is, and as JSON escapes it (`"` -> `\\"`, é -> `\\u00e9`)."""
     return value, json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1]
