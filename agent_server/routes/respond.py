@@ -34,7 +34,7 @@ def answer(
     return Response(
         redactor.dumps(body, serialised),
         status_code=status_code,
-        headers=dict(headers or {}),
+        headers=headers,
         media_type="application/json",
     )
 
