@@ -98,6 +98,7 @@ _SECRET_SCHEMA = WithJsonSchema(
     }
 )
 Secret = Annotated[SecretStr, AfterValidator(_check_secret), _SECRET_SCHEMA]
+"""A credential: non-empty, no whitespace or control characters, at most 4096 bytes."""
 _TOKEN_SCHEMA = WithJsonSchema(
     {
         "type": "string",
@@ -108,7 +109,6 @@ _TOKEN_SCHEMA = WithJsonSchema(
         "pattern": "^[!-~]+$",  # printable ASCII, no blank: the token rule (`token_problem`)
     }
 )
-"""A credential: non-empty, no whitespace or control characters, at most 4096 bytes."""
 PromptText = Annotated[str, Field(pattern=r"^[^\x00]*$")]
 """Text that goes into argv: anything but NUL, which no argv element can hold."""
 ArgValue = Annotated[str, Field(pattern=_ARG_VALUE)]
