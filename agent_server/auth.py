@@ -17,7 +17,7 @@ from pathlib import Path
 from pydantic import SecretStr
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from agent_server.models import secret_problem
+from agent_server.models import token_problem
 from agent_server.names import AUTHENTICATED_CONNECTION, CONTROLLER_TOKEN_HEADER
 from agent_server.secret_file import check_dir, open_bounded, write_secret_file
 
@@ -76,7 +76,7 @@ def _generated_before(path: Path) -> SecretStr | None:
     except (OSError, UnicodeDecodeError):
         return None
     private = st.st_uid == os.geteuid() and not st.st_mode & 0o077
-    if not private or len(value) < GENERATED_TOKEN_MIN_CHARS or secret_problem(value):
+    if not private or len(value) < GENERATED_TOKEN_MIN_CHARS or token_problem(value):
         return None  # not ours, shown to others, or not a token: a new one is generated
     return SecretStr(value)
 
