@@ -20,11 +20,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from tests.conftest import SecretRegistry
-from tests.e2e.conftest import TurnServers
+from tests.e2e.conftest import TurnServers, wait_listed
 from tests.support.agent_user import Reachable, spawn_test_user
 from tests.support.callback_receiver import CallbackReceiver
 from tests.support.fake_cli import fingerprint
@@ -151,7 +150,7 @@ def test_no_turn_finds_another_turns_credential_anywhere(
             auth_override={"oauth_token": override},
             execution_id="holder",
         )
-        _wait_running(server, "holder")
+        wait_listed(server, "holder", timeout=30)
         time.sleep(1)  # the holder's CLI is past its start, as a real one would be
         scan = _attack(server, "scan_environ", "own_environ")
         holding.result(timeout=60)
@@ -270,19 +269,3 @@ def test_the_controller_tells_the_servers_callback_from_the_agents(
     by_sender = {d.body.get("response") == "forged by the agent": d for d in receiver.deliveries}
     assert by_sender[True].signed is False or by_sender[True].signed is None
     assert by_sender[False].signed is True
-
-
-def _wait_running(server: ServerProcess, execution_id: str) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        with httpx.Client(base_url=server.base_url, headers=_auth(server)) as client:
-            listed = client.get("/api/executions/running").json()["executions"]
-        if any(e["execution_id"] == execution_id for e in listed):
-            return
-        time.sleep(0.05)
-    msg = f"{execution_id} never ran"
-    raise AssertionError(msg)
-
-
-def _auth(server: ServerProcess) -> dict[str, str]:
-    return {"X-Trinity-Agent-Token": server.token or ""}
