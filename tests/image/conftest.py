@@ -30,7 +30,7 @@ import certifi
 import httpx
 import pytest
 
-from tests.conftest import SecretRegistry
+from tests.conftest import SecretRegistry, unavailable
 from tests.support.server import free_port, read_bodies
 
 REPO = Path(__file__).resolve().parents[2]
@@ -44,12 +44,6 @@ TOKEN_HEADER = "X-Trinity-Agent-Token"
 TESTS_MOUNT = "/opt/agent-server-tests/tests"
 FAKE_CLAUDE = f"{TESTS_MOUNT}/support/fake-claude"
 INTRUDER = f"{TESTS_MOUNT}/support/intruder-cli"
-
-
-def _fail_or_skip(reason: str) -> None:
-    if os.environ.get("CI"):
-        pytest.fail(f"{reason} (under CI the image tier must run: see .ci/run)")
-    pytest.skip(reason)
 
 
 class Docker:
@@ -97,15 +91,14 @@ def docker() -> Iterator[Docker]:
     """The docker CLI with a daemon that answers; the run's leftovers removed at the end."""
     binary = shutil.which("docker")
     if binary is None:
-        _fail_or_skip("no docker client on PATH")
-    assert binary is not None
+        unavailable("no docker client on PATH")
     cli = Docker(binary)
     try:
         answered = cli.run("info", "--format", "{{.ServerVersion}}", timeout=30, check=False)
     except subprocess.TimeoutExpired:
         answered = None
     if answered is None or answered.returncode != 0:
-        _fail_or_skip("no docker daemon answers")
+        unavailable("no docker daemon answers")
     try:
         yield cli
     finally:
@@ -117,7 +110,7 @@ def image(docker: Docker) -> dict[str, Any]:
     """The image under test, inspected: AGENT_SERVER_TEST_IMAGE (default agent-server:dev)."""
     found = docker.run("image", "inspect", IMAGE, check=False)
     if found.returncode != 0:
-        _fail_or_skip(f"the image {IMAGE} is not built: run `make image`")
+        unavailable(f"the image {IMAGE} is not built: run `make image`")
     inspected: dict[str, Any] = json.loads(found.stdout)[0]
     return inspected
 
