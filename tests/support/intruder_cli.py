@@ -33,9 +33,10 @@ import sys
 import time
 import urllib.error
 import urllib.request
-import uuid
 from pathlib import Path
 from typing import Any
+
+from tests.support.hostile_cli import init, result
 
 CREDENTIAL_SUFFIXES = ("_TOKEN", "_KEY", "_SECRET", "_PASSWORD")
 DESCRIPTOR_SUFFIX = "_FILE_DESCRIPTOR"
@@ -210,14 +211,8 @@ def main() -> int:
     the result (the report)."""
     read_own_descriptors()
     prompt = json.loads(sys.stdin.read() or "{}")
-    session = str(uuid.uuid4())
-    init = {"type": "system", "subtype": "init", "session_id": session,
-            "model": "claude-sonnet-5-5", "permissionMode": "bypassPermissions"}  # fmt: skip
-    print(json.dumps(init), flush=True)
-    text = json.dumps(report(prompt), sort_keys=True)
-    result = {"type": "result", "subtype": "success", "is_error": False, "result": text,
-              "session_id": session, "num_turns": 1}  # fmt: skip
-    print(json.dumps(result), flush=True)
+    init()
+    result(json.dumps(report(prompt), sort_keys=True))
     return 0
 
 
