@@ -21,6 +21,8 @@ import sys
 import time
 import uuid
 
+from tests.support.fake_claude import credentials
+
 SESSION = str(uuid.uuid4())
 MODEL = "claude-sonnet-5-5"
 
@@ -198,18 +200,8 @@ def main() -> int:
 
 
 def secret_of(name: str) -> str:
-    """The value of `name`: in the environment, or read from the descriptor the server
-    handed it on (`CLAUDE_CODE_OAUTH_TOKEN_FILE_DESCRIPTOR` for the OAuth token, …)."""
+    """The value of `name`: in the environment, or read, as Claude Code does, from the
+    descriptor the server handed it on (`CLAUDE_CODE_OAUTH_TOKEN_FILE_DESCRIPTOR`, …)."""
     if name in os.environ:
         return os.environ[name]
-    variable = DESCRIPTOR_VARIABLES.get(name, "")
-    if os.environ.get(variable, "").isdigit():
-        with open(f"/proc/self/fd/{os.environ[variable]}", encoding="utf-8") as handle:
-            return handle.read().strip()
-    return ""
-
-
-DESCRIPTOR_VARIABLES = {
-    "CLAUDE_CODE_OAUTH_TOKEN": "CLAUDE_CODE_OAUTH_TOKEN_FILE_DESCRIPTOR",
-    "ANTHROPIC_API_KEY": "CLAUDE_CODE_API_KEY_FILE_DESCRIPTOR",
-}
+    return credentials(dict(os.environ)).get(name, "")
