@@ -9,7 +9,6 @@ own override. Nothing answers 5xx.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -21,6 +20,7 @@ import pytest
 
 from tests.conftest import SecretRegistry
 from tests.e2e.conftest import TurnServers
+from tests.support.fake_cli import fingerprint
 from tests.support.server import CONTROLLER_TOKEN, ServerProcess
 
 CONCURRENCY = 32
@@ -28,11 +28,6 @@ REQUESTS = 168
 OVERRIDE_HEADER = "X-Trinity-Auth-Override"
 OAUTH = "CLAUDE_CODE_OAUTH_TOKEN"
 API_KEY = "ANTHROPIC_API_KEY"
-
-
-def fp12(value: str) -> str:
-    """The fake CLI's fingerprint: the first 12 hex digits of sha256."""
-    return hashlib.sha256(value.encode()).hexdigest()[:12]
 
 
 @dataclass(frozen=True)
@@ -137,7 +132,7 @@ def test_mixed_load_keeps_every_turn_on_one_coherent_credential(
     for answer in (a for a in answers if a.kind == "reload"):
         body = answer.response.json()
         assert answer.secret is not None
-        assert body["fingerprint"] == "sha256:" + fp12(answer.secret)
+        assert body["fingerprint"] == "sha256:" + fingerprint(answer.secret)
         known = generations.setdefault(int(body["generation"]), answer.secret)
         assert known == answer.secret, f"generation {body['generation']} names two tokens"
     assert len(generations) >= 3, "the reloads never changed the credential"
@@ -147,7 +142,9 @@ def test_mixed_load_keeps_every_turn_on_one_coherent_credential(
         body = answer.response.json()
         if answer.kind == "status":
             # A status snapshot is coherent too: its fingerprint is its generation's token.
-            assert body["fingerprint"] == "sha256:" + fp12(generations[int(body["generation"])])
+            assert body["fingerprint"] == "sha256:" + fingerprint(
+                generations[int(body["generation"])]
+            )
             continue
         if answer.kind not in ("baseline", "oauth_token", "api_key"):
             continue
@@ -166,8 +163,8 @@ def test_mixed_load_keeps_every_turn_on_one_coherent_credential(
             variable = OAUTH if answer.kind == "oauth_token" else API_KEY
             assert metadata["auth_route"] == answer.kind
             assert answer.response.headers[OVERRIDE_HEADER] == answer.kind
-        assert (report["served_by"], report["fp"]) == (variable, fp12(expected)), answer.kind
-        assert metadata["fingerprint"] == "sha256:" + fp12(expected)
+        assert (report["served_by"], report["fp"]) == (variable, fingerprint(expected)), answer.kind
+        assert metadata["fingerprint"] == "sha256:" + fingerprint(expected)
         # One credential only: no second credential variable rode along.
         assert set(report["fingerprints"]) == {variable}, report["fingerprints"]
     assert len(baseline_generations) >= 2, "no baseline turn ran across a reload"

@@ -3,7 +3,6 @@ then exec the server (contract §3, §9, §10)."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import pwd
 import shutil
@@ -17,6 +16,7 @@ import pytest
 from agent_server.models import MAX_TOKEN_BYTES, MIN_TOKEN_CHARS
 from tests.conftest import SecretRegistry
 from tests.support.agent_user import SERVER_CAPABILITIES, spawn_test_user
+from tests.support.fake_cli import fingerprint
 
 STARTUP = Path(__file__).resolve().parents[2] / "startup.sh"
 FAKE_SERVER = """#!/usr/bin/env bash
@@ -84,7 +84,7 @@ def test_a_non_empty_file_is_exported_and_the_server_is_execd(
     token = secret_registry.new("startup")
     (state_dir / "oauth-token").write_text(token)
     printed, shell_pid = run_startup(tmp_path)
-    assert printed["token"] == "sha256:" + hashlib.sha256(token.encode()).hexdigest()[:12]
+    assert printed["token"] == "sha256:" + fingerprint(token)
     assert printed["pid"] == str(shell_pid)
     assert printed["args"] == "serve --extra"
 
@@ -211,7 +211,7 @@ def test_as_root_it_becomes_the_servers_user_keeping_only_four_capabilities(
         assert printed[capability_set] == SERVER_CAPABILITIES, capability_set
     assert printed["NoNewPrivs"] == "1"
     assert (printed["home"], printed["cwd"]) == (server_user.pw_dir, "/")
-    assert printed["token"] == "sha256:" + hashlib.sha256(token.encode()).hexdigest()[:12]
+    assert printed["token"] == "sha256:" + fingerprint(token)
     assert printed["pid"] == str(shell_pid)
     assert printed["args"] == "serve --extra"
 
