@@ -26,13 +26,8 @@ def api() -> Iterator[MessagesApiStandIn]:
 
 
 @pytest.fixture(scope="module")
-def key(secret_registry: SecretRegistry) -> str:
-    return secret_registry.new("async_callback_key")
-
-
-@pytest.fixture(scope="module")
-def receiver(key: str) -> Iterator[CallbackReceiver]:
-    with CallbackReceiver(key) as running:
+def receiver(secret_registry: SecretRegistry) -> Iterator[CallbackReceiver]:
+    with CallbackReceiver(secret_registry.new("async_callback_key")) as running:
         yield running
 
 
@@ -41,7 +36,6 @@ def server(
     module_turn_servers: TurnServers,
     api: MessagesApiStandIn,
     receiver: CallbackReceiver,
-    key: str,
     secret_registry: SecretRegistry,
 ) -> ServerProcess:
     """The real CLI, a baseline OAuth token that the overrides must displace."""
@@ -49,8 +43,7 @@ def server(
         AGENT_SERVER_RUNTIME_COMMAND=str(require_real_cli()),
         ANTHROPIC_BASE_URL=api.base_url,
         CLAUDE_CODE_OAUTH_TOKEN=secret_registry.new("async_baseline"),
-        TRINITY_BACKEND_URL=receiver.base_url,
-        TRINITY_MCP_API_KEY=key,
+        **receiver.environ(),
         **QUIET_CLI,
     )
 

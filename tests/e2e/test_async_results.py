@@ -37,10 +37,8 @@ def receiver(key: str) -> Iterator[CallbackReceiver]:
 
 
 @pytest.fixture
-def server(turn_servers: TurnServers, receiver: CallbackReceiver, key: str) -> ServerProcess:
-    return turn_servers.start(
-        TRINITY_BACKEND_URL=receiver.base_url, TRINITY_MCP_API_KEY=key, AGENT_NAME=AGENT
-    )
+def server(turn_servers: TurnServers, receiver: CallbackReceiver) -> ServerProcess:
+    return turn_servers.start(**receiver.environ(), AGENT_NAME=AGENT)
 
 
 def _async(message: str, execution_id: str, **extra: Any) -> dict[str, Any]:
@@ -111,13 +109,12 @@ def test_an_async_turn_can_be_terminated_and_says_cancelled(
 
 
 def test_a_failed_async_turn_carries_trinitys_code_and_ours(
-    turn_servers: TurnServers, receiver: CallbackReceiver, key: str
+    turn_servers: TurnServers, receiver: CallbackReceiver
 ) -> None:
     """A rate limit: `failed`, Trinity's `billing` with reason `rate_limit`; our detail says
     rate_limit, switch_credential and the window."""
     server = turn_servers.start(
-        TRINITY_BACKEND_URL=receiver.base_url,
-        TRINITY_MCP_API_KEY=key,
+        **receiver.environ(),
         # The replayed transcript was recorded in the CLI's default permission mode.
         AGENT_SERVER_PERMISSION_MODE="default",
     )
@@ -134,14 +131,10 @@ def test_a_failed_async_turn_carries_trinitys_code_and_ours(
 
 
 def test_refusals_are_answered_at_once_not_by_callback(
-    turn_servers: TurnServers, receiver: CallbackReceiver, key: str
+    turn_servers: TurnServers, receiver: CallbackReceiver
 ) -> None:
     """busy and execution_in_progress come back as 409 to the request; no callback."""
-    server = turn_servers.start(
-        TRINITY_BACKEND_URL=receiver.base_url,
-        TRINITY_MCP_API_KEY=key,
-        AGENT_SERVER_MAX_PARALLEL="1",
-    )
+    server = turn_servers.start(**receiver.environ(), AGENT_SERVER_MAX_PARALLEL="1")
     assert server.post("/api/task", json=_async("@sleep 30", "holder")).status_code == 202
     same = server.post("/api/task", json=_async("x", "holder"))
     other = server.post("/api/task", json=_async("x", "other"))
@@ -171,14 +164,12 @@ def test_refusals_are_answered_at_once_not_by_callback(
 def test_without_an_id_or_a_callback_the_turn_is_answered_in_line(
     turn_servers: TurnServers,
     receiver: CallbackReceiver,
-    key: str,
     configured: bool,
     body: dict[str, Any],
     why: str,
 ) -> None:
     """200 with the answer, as if the flag were absent, and the log says why."""
-    extra = {"TRINITY_BACKEND_URL": receiver.base_url, "TRINITY_MCP_API_KEY": key}
-    server = turn_servers.start(**(extra if configured else {}))
+    server = turn_servers.start(**(receiver.environ() if configured else {}))
     response = server.post("/api/task", json=body)
     assert response.status_code == 200, response.text
     assert f"answered synchronously: {why}" in server.log_text()

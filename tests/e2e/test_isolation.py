@@ -248,8 +248,7 @@ def test_the_controller_tells_the_servers_callback_from_the_agents(
             turn_servers,
             reachable,
             agent,
-            TRINITY_BACKEND_URL=receiver.base_url,
-            TRINITY_MCP_API_KEY=key,
+            **receiver.environ(),
         )
         assert server.token is not None
         receiver.controller_token = server.token

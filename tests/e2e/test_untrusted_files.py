@@ -27,6 +27,8 @@ from tests.support.server import ServerProcess
 
 pytestmark = pytest.mark.timeout(240)
 
+KEY = "untrusted-callback-key-0123456789"
+
 
 def _rss_mib(pid: int) -> float:
     status = Path(f"/proc/{pid}/status").read_text()
@@ -62,12 +64,8 @@ def test_pending_files_built_to_exhaust_memory_are_never_parsed(
             out.write("{}," * (63 * 1024 * 1024 // 3))
             out.write("{}]")
         os.utime(path, (future, future))
-    with CallbackReceiver("untrusted-callback-key-0123456789") as receiver:
-        server = turn_servers.start(
-            home,
-            TRINITY_BACKEND_URL=receiver.base_url,
-            TRINITY_MCP_API_KEY="untrusted-callback-key-0123456789",
-        )
+    with CallbackReceiver(KEY) as receiver:
+        server = turn_servers.start(home, **receiver.environ())
         assert server.process is not None
         deadline = time.monotonic() + 20
         while any(pending.iterdir()) and time.monotonic() < deadline:
@@ -93,12 +91,8 @@ def test_a_planted_record_or_callback_name_is_not_the_servers(
     (state / "pending-results" / "evil?injected=1&x=#.json").write_text(
         '{"execution_id":"evil?injected=1&x=#","deadline":1e18}\n{}'
     )
-    with CallbackReceiver("untrusted-callback-key-0123456789") as receiver:
-        server = turn_servers.start(
-            home,
-            TRINITY_BACKEND_URL=receiver.base_url,
-            TRINITY_MCP_API_KEY="untrusted-callback-key-0123456789",
-        )
+    with CallbackReceiver(KEY) as receiver:
+        server = turn_servers.start(home, **receiver.environ())
         time.sleep(6)  # the startup sweep waits up to 5 s, then sends what it keeps
         assert server.get("/api/executions/victim/result").status_code == 404
         assert receiver.deliveries == []
@@ -113,12 +107,8 @@ def test_temp_files_of_a_crashed_write_are_gone_after_boot(turn_servers: TurnSer
         (directory / "job.json.tmp.0123abcd").write_bytes(b"x" * 7_000_000)
     (state / "chat-session-id.tmp.89abcdef").write_text("half")
     state.chmod(0o700)
-    with CallbackReceiver("untrusted-callback-key-0123456789") as receiver:
-        server = turn_servers.start(
-            home,
-            TRINITY_BACKEND_URL=receiver.base_url,
-            TRINITY_MCP_API_KEY="untrusted-callback-key-0123456789",
-        )
+    with CallbackReceiver(KEY) as receiver:
+        server = turn_servers.start(home, **receiver.environ())
         assert server.get("/health").status_code == 200
     assert list(state.rglob("*.tmp.*")) == []
 
@@ -133,12 +123,10 @@ def test_dotenv_values_that_spell_the_protocol_mask_nothing(
         "A1_TOKEN=rate_limit\nA2_TOKEN=switch_credential\nA3_TOKEN=oauth_token\n"
         "A4_TOKEN=execution_id\n"
     )
-    key = "untrusted-callback-key-0123456789"
-    with CallbackReceiver(key) as receiver:
+    with CallbackReceiver(KEY) as receiver:
         server = turn_servers.start(
             home,
-            TRINITY_BACKEND_URL=receiver.base_url,
-            TRINITY_MCP_API_KEY=key,
+            **receiver.environ(),
             # The replayed transcript was recorded in the CLI's default permission mode.
             AGENT_SERVER_PERMISSION_MODE="default",
         )

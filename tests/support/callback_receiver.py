@@ -74,6 +74,10 @@ class CallbackReceiver(ThreadServer):
         )
         super().__init__(app, "callbacks")
 
+    def environ(self) -> dict[str, str]:
+        """The server settings that send its callbacks here, with this receiver's key."""
+        return {"TRINITY_BACKEND_URL": self.base_url, "TRINITY_MCP_API_KEY": self.key}
+
     def fail_next(self, *statuses: int, headers: Mapping[str, str] | None = None) -> None:
         """Answer the next requests with these statuses (and headers), in order."""
         with self._lock:
