@@ -7,10 +7,11 @@ deadline, without an answer, while `/health` and an authenticated
 10 s and 30 s in the product; this server runs with 2 s and 3 s through
 `tests/support/limited_server.py` (the product takes no setting for them).
 
-Over the connection cap a new connection is closed at once, with no HTTP answer
-(never a 503 or a 429, which the controller would read as an auth failure or a rate
-limit); that test runs the product's own `agent-server serve`, whose cap follows
-`AGENT_SERVER_MAX_PARALLEL`, and whose 10 s header deadline it also sees.
+At the connection cap each new connection closes the oldest one that has not proved
+the controller token, with no HTTP answer (never a 503 or a 429, which the controller
+would read as an auth failure or a rate limit), so idle connections cannot shut the
+controller out; that test runs the product's own `agent-server serve`, whose cap
+follows `AGENT_SERVER_MAX_PARALLEL`.
 """
 
 from __future__ import annotations
