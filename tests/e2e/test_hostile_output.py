@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import secrets
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -22,9 +21,8 @@ import pytest
 from tests.conftest import SecretRegistry
 from tests.e2e.conftest import TurnServers
 from tests.support.contract import leaked
-from tests.support.server import ServerProcess
+from tests.support.server import HOSTILE_CLI, ServerProcess
 
-HOSTILE_CLI = Path(__file__).resolve().parents[1] / "support" / "hostile-cli"
 MASK = "[REDACTED]"
 
 

@@ -14,7 +14,6 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -26,9 +25,7 @@ from tests.conftest import SecretRegistry
 from tests.e2e.conftest import TurnServers, wait_listed
 from tests.support.hostile_cli import FLOOD_SIGNAL, FORGED_SERVER_EVENTS
 from tests.support.raw_client import TCP_ESTABLISHED, tcp_state
-from tests.support.server import ServerProcess
-
-HOSTILE_CLI = Path(__file__).resolve().parents[1] / "support" / "hostile-cli"
+from tests.support.server import HOSTILE_CLI, ServerProcess
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -30,6 +30,7 @@ CONTROLLER_TOKEN = "test-controller-token-0123456789"
 FAKE_CLAUDE = REPO / "tests" / "support" / "fake-claude"
 FAKE_CODEX = REPO / "tests" / "support" / "fake-codex"
 FAKE_GEMINI = REPO / "tests" / "support" / "fake-gemini"
+HOSTILE_CLI = REPO / "tests" / "support" / "hostile-cli"
 LIMITED_SERVER = REPO / "tests" / "support" / "limited_server.py"
 
 

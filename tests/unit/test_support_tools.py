@@ -21,8 +21,8 @@ from tests.support.messages_api import (
     messages_api_fixture,  # noqa: F401
     real_cli_fixture,  # noqa: F401
 )
+from tests.support.server import FAKE_CLAUDE
 
-FAKE_CLAUDE = Path(__file__).resolve().parents[1] / "support" / "fake-claude"
 ARGV = ["--print", "--output-format", "stream-json", "--verbose", "--permission-mode", "default"]
 OAUTH = "sk-ant-oat01-good-aaaa"
 API_KEY = "sk-ant-api03-good-bbbb"
