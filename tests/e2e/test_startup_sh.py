@@ -108,7 +108,7 @@ def test_blanks_around_the_token_are_trimmed(
     token = secret_registry.new("startup_trimmed")
     (state_dir / "oauth-token").write_text(f"  {token}\n\n")
     printed, _ = run_startup(tmp_path)
-    assert printed["token"] == "sha256:" + hashlib.sha256(token.encode()).hexdigest()[:12]
+    assert printed["token"] == "sha256:" + fingerprint(token)
 
 
 @pytest.mark.parametrize(
@@ -132,7 +132,7 @@ def test_what_the_server_would_refuse_is_not_exported(
     assert printed["token"] == "unset"
     kept = "operator-token-0123456789"
     printed, _ = run_startup(tmp_path, CLAUDE_CODE_OAUTH_TOKEN=kept)
-    assert printed["token"] == "sha256:" + hashlib.sha256(kept.encode()).hexdigest()[:12]
+    assert printed["token"] == "sha256:" + fingerprint(kept)
 
 
 def test_its_token_rule_is_the_servers() -> None:
