@@ -32,19 +32,8 @@ def instant(value: object) -> datetime | None:
     return from_micros(value) if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def encode_assignment(assignment: Assignment) -> str:
-    """An assignment as the stores keep it."""
-    return json.dumps(
-        {
-            "credential_id": assignment.credential_id,
-            "generation": assignment.generation,
-            "assigned_at": to_micros(assignment.assigned_at),
-        }
-    )
-
-
 def decode_assignment(agent: str, text: str) -> Assignment:
-    """An assignment back from `encode_assignment` (or the Redis script's JSON)."""
+    """An assignment back from the Redis script's JSON (SQLite keeps it in columns)."""
     data = json.loads(text)
     return Assignment(
         agent, data["credential_id"], int(data["generation"]), from_micros(data["assigned_at"])

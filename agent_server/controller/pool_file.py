@@ -91,10 +91,6 @@ class Pool:
         """The subscriptions, in file order."""
         return tuple(c for c in self.credentials if c.kind == "subscription")
 
-    def one(self, kind: CredentialKind) -> PoolCredential | None:
-        """The pool's api_key or gateway, if it has one."""
-        return next((c for c in self.credentials if c.kind == kind), None)
-
     @property
     def infos(self) -> tuple[CredentialInfo, ...]:
         """Every credential's id and kind, in file order."""

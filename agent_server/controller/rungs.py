@@ -90,10 +90,6 @@ class PoolView:
             snapshot.gateway_until.get(agent),
         )
 
-    def standing(self, credential_id: str) -> Standing | None:
-        """The standing of one credential of the pool."""
-        return next((s for s in self.standings if s.info.id == credential_id), None)
-
 
 @dataclass(frozen=True)
 class TurnContext:
