@@ -27,6 +27,7 @@ import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -91,7 +92,7 @@ class Pool:
         """The subscriptions, in file order."""
         return tuple(c for c in self.credentials if c.kind == "subscription")
 
-    @property
+    @cached_property  # the walk reads it on every rung; a pool may hold a thousand
     def infos(self) -> tuple[CredentialInfo, ...]:
         """Every credential's id and kind, in file order."""
         return tuple(c.info for c in self.credentials)
