@@ -100,11 +100,9 @@ class Walker:
         event = WalkEvent(phase, agent, self.clock(), credential_id, error_code, resets_at, note)
         emit(self.hook, event)
 
-    async def assignment_of(self, agent: str) -> Assignment:
-        """The agent's assignment; the pool's first subscription when it has none yet."""
-        current = await self.store.assignment(agent)
-        if current is not None:
-            return current
+    async def _assign_first(self, agent: str) -> Assignment:
+        """Assign the pool's first subscription to an agent that has none; the one a peer
+        made meanwhile when it lost the compare-and-set."""
         first = self.pool.subscriptions[0].id
         made = await self.store.compare_and_set_assignment(
             agent, first, expected_generation=None, at=self.clock()
@@ -159,8 +157,8 @@ class _Walk:
         agent = self.turn.agent
         self.snapshot = await self.w.store.snapshot()
         self.assignment = self.snapshot.assignments.get(agent)
-        if self.assignment is None:  # its first walk
-            self.assignment = await self.w.assignment_of(agent)
+        if self.assignment is None:  # its first walk: the snapshot just said it has none
+            self.assignment = await self.w._assign_first(agent)
             self.snapshot = self.snapshot.with_assignment(self.assignment)
         self.w._emit(WalkPhase.STARTED, agent, credential_id=self.assignment.credential_id)
         limit = len(self.w.pool.credentials) + EXTRA_RUNGS
