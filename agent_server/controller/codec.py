@@ -7,6 +7,7 @@ kept or compared as text.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, cast
 
@@ -64,6 +65,16 @@ def decode_failure(credential_id: str, text: str) -> Failure | None:
         instant(data.get("resets_at")),
         data.get("agent"),
     )
+
+
+def decode_failures(rows: Iterable[tuple[str, str]]) -> dict[str, dict[FailureKind, Failure]]:
+    """(credential id, failure) rows by credential and kind, as a snapshot holds them."""
+    by_credential: dict[str, dict[FailureKind, Failure]] = {}
+    for credential_id, text in rows:
+        failure = decode_failure(credential_id, text)
+        if failure is not None:
+            by_credential.setdefault(credential_id, {})[failure.kind] = failure
+    return by_credential
 
 
 def _window(window: WindowUse | None) -> dict[str, Any] | None:

@@ -20,7 +20,7 @@ from redis.exceptions import RedisError
 from agent_server.controller.clock import from_micros, to_micros
 from agent_server.controller.codec import (
     decode_assignment,
-    decode_failure,
+    decode_failures,
     decode_reading,
     decode_retry,
     encode_failure,
@@ -33,7 +33,6 @@ from agent_server.controller.pool_state import (
     Assignment,
     CredentialInfo,
     Failure,
-    FailureKind,
     PoolSnapshot,
     Reading,
     ScheduledRetry,
@@ -123,15 +122,11 @@ class RedisStore:
             for key in (ASSIGNMENTS, FAILURES, READINGS, COOLDOWNS, RETRIES):
                 pipe.hgetall(key)
             assignments, failures, readings, cooldowns, retries = await self._call(pipe.execute())
-        by_credential: dict[str, dict[FailureKind, Failure]] = {}
-        for field, body in failures.items():
-            credential_id = field.partition(_FIELD_SEPARATOR)[0]
-            failure = decode_failure(credential_id, body)
-            if failure is not None:
-                by_credential.setdefault(credential_id, {})[failure.kind] = failure
         return PoolSnapshot(
             assignments={a: decode_assignment(a, body) for a, body in assignments.items()},
-            failures=by_credential,
+            failures=decode_failures(
+                (field.partition(_FIELD_SEPARATOR)[0], body) for field, body in failures.items()
+            ),
             readings={c: decode_reading(c, body) for c, body in readings.items()},
             gateway_until={a: from_micros(int(us)) for a, us in cooldowns.items()},
             retries={a: decode_retry(a, body) for a, body in retries.items()},

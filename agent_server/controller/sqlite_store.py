@@ -23,7 +23,7 @@ from typing import Any, TypeVar, cast
 
 from agent_server.controller.clock import from_micros, to_micros
 from agent_server.controller.codec import (
-    decode_failure,
+    decode_failures,
     decode_reading,
     decode_retry,
     encode_failure,
@@ -38,7 +38,6 @@ from agent_server.controller.pool_state import (
     CredentialInfo,
     CredentialKind,
     Failure,
-    FailureKind,
     PoolSnapshot,
     Reading,
     ScheduledRetry,
@@ -257,14 +256,9 @@ def _snapshot(db: sqlite3.Connection) -> PoolSnapshot:
         readings = db.execute("SELECT credential_id, body FROM readings").fetchall()
         cooldowns = db.execute("SELECT agent, until_us FROM gateway_cooldowns").fetchall()
         retries = db.execute("SELECT agent, body FROM retries").fetchall()
-    by_credential: dict[str, dict[FailureKind, Failure]] = {}
-    for credential_id, body in failures:
-        failure = decode_failure(credential_id, body)
-        if failure is not None:
-            by_credential.setdefault(credential_id, {})[failure.kind] = failure
     return PoolSnapshot(
         assignments={row[0]: _assignment(row) for row in assignments},
-        failures=by_credential,
+        failures=decode_failures(failures),
         readings={c: decode_reading(c, body) for c, body in readings},
         gateway_until={agent: from_micros(until) for agent, until in cooldowns},
         retries={agent: decode_retry(agent, body) for agent, body in retries},
