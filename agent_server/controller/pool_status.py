@@ -18,6 +18,7 @@ from agent_server.controller.standing import (
     fresh,
     refusing,
     throttled,
+    window_use,
 )
 
 CredentialState = Literal["available", "throttled", "failed"]
@@ -76,8 +77,8 @@ def _row(standing: Standing, snapshot: PoolSnapshot, now: datetime) -> Credentia
         kind=standing.info.kind,
         state=state,
         resets_at=_resets_at(standing, now) if state == "throttled" else None,
-        five_hour_use=_use(reading.five_hour if usable and reading else None, now),
-        seven_day_use=_use(reading.seven_day if usable and reading else None, now),
+        five_hour_use=window_use(reading.five_hour if usable and reading else None, now),
+        seven_day_use=window_use(reading.seven_day if usable and reading else None, now),
         last_failure=standing.last_failure,
         assigned_agents=snapshot.agents_on(standing.info.id),
     )
@@ -89,12 +90,6 @@ def _resets_at(standing: Standing, now: datetime) -> datetime | None:
         return reading.resets_at
     limit = standing.failures.get("rate_limit")
     return blocking_reset(standing, limit) if limit is not None else None
-
-
-def _use(window: Any, now: datetime) -> float | None:
-    if window is None or window.utilization is None:
-        return None
-    return 0.0 if window.resets_at is not None and window.resets_at <= now else window.utilization
 
 
 def render_table(rows: list[CredentialRow], snapshot: PoolSnapshot) -> str:

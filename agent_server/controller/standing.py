@@ -19,7 +19,13 @@ from datetime import datetime, timedelta
 from types import MappingProxyType
 from typing import NamedTuple
 
-from agent_server.controller.pool_state import CredentialInfo, Failure, FailureKind, Reading
+from agent_server.controller.pool_state import (
+    CredentialInfo,
+    Failure,
+    FailureKind,
+    Reading,
+    WindowUse,
+)
 
 SKIP_WINDOW = timedelta(hours=2)
 """A failure of any kind keeps a subscription off the ranked rungs this long."""
@@ -140,17 +146,20 @@ def fresh_refusal(standing: Standing, now: datetime) -> bool:
     return reading is not None and refusing(reading, now)
 
 
+def window_use(window: WindowUse | None, now: datetime) -> float | None:
+    """How full a window is now: empty once past its reset; None when it is unmeasured."""
+    if window is None or window.utilization is None:
+        return None
+    return 0.0 if window.resets_at is not None and window.resets_at <= now else window.utilization
+
+
 def fullness(reading: Reading | None, now: datetime) -> float | None:
-    """The fuller of its two windows (a window past its reset counts empty); None when
-    no usable reading measures either."""
+    """The fuller of its two windows (`window_use`); None when no usable reading
+    measures either."""
     if reading is None or not timedelta(0) <= now - reading.at <= USABLE_READING:
         return None
-    uses = [
-        0.0 if w.resets_at is not None and w.resets_at <= now else w.utilization
-        for w in (reading.five_hour, reading.seven_day)
-        if w is not None and w.utilization is not None
-    ]
-    return max(uses, default=None)
+    uses = [window_use(w, now) for w in (reading.five_hour, reading.seven_day)]
+    return max((use for use in uses if use is not None), default=None)
 
 
 def headroom_key(standing: Standing, now: datetime) -> tuple[bool, int, int, str]:
