@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from pydantic import SecretStr
 
 from agent_server.controller.client import AgentClient
@@ -107,12 +108,12 @@ def seen(api: MessagesApiStandIn, since: int) -> list[str]:
 
 def reloads(server: ServerProcess) -> dict[str, float]:
     """`agent_server_credential_reloads_total` by result."""
-    found = {}
-    for line in server.get("/metrics").text.splitlines():
-        if line.startswith("agent_server_credential_reloads_total{"):
-            labels, _, value = line.rpartition(" ")
-            found[labels.split('result="')[1].split('"')[0]] = float(value)
-    return found
+    return {
+        sample.labels["result"]: sample.value
+        for family in text_string_to_metric_families(server.get("/metrics").text)
+        for sample in family.samples
+        if sample.name == "agent_server_credential_reloads_total"
+    }
 
 
 def assert_quiet(events: list[WalkEvent], creds: Credentials, text: str = "") -> None:
