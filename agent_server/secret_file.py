@@ -195,9 +195,16 @@ def open_bounded(path: Path, max_bytes: int, *, follow: bool = False) -> tuple[i
 def read_bounded(path: Path, max_bytes: int, *, follow: bool = False) -> bytes:
     """The bytes of the regular file at `path`, at most `max_bytes` (`open_bounded`), never
     more however the file grows meanwhile (NotReadable then)."""
-    fd, _ = open_bounded(path, max_bytes, follow=follow)
+    return read_bounded_and_stat(path, max_bytes, follow=follow)[0]
+
+
+def read_bounded_and_stat(
+    path: Path, max_bytes: int, *, follow: bool = False
+) -> tuple[bytes, os.stat_result]:
+    """`read_bounded`, and the stat of the file those bytes were read from."""
+    fd, st = open_bounded(path, max_bytes, follow=follow)
     with os.fdopen(fd, "rb") as handle:
         data = handle.read(max_bytes + 1)
     if len(data) > max_bytes:
         raise NotReadable(errno.EFBIG, f"over {max_bytes} bytes")
-    return data
+    return data, st

@@ -31,7 +31,7 @@ from types import MappingProxyType
 
 from dotenv import dotenv_values
 
-from agent_server.secret_file import NotReadable, open_bounded
+from agent_server.secret_file import read_bounded_and_stat
 from agent_server.spawn_user import SpawnUser, file_ids_of
 
 logger = logging.getLogger("agent_server.env_file")
@@ -96,13 +96,14 @@ class DotenvFile:
             return cached
         started_ns = time.time_ns()
         try:
-            with file_ids_of(self.read_as):
-                raw, identity = _read_regular(self.path)
+            with file_ids_of(self.read_as):  # a symlinked `.env`: its target is checked
+                raw, st = read_bounded_and_stat(self.path, MAX_DOTENV_BYTES, follow=True)
         except FileNotFoundError:
             return self._settle(_MISSING, _EMPTY, None, quiet=True)
         except OSError as exc:
             reason = exc.strerror or str(exc) or type(exc).__name__
             return self._settle(None, _EMPTY, f"not read: {reason}")
+        identity = _identity(st)
         text, skipped = _clean_lines(raw)
         parsed = dotenv_values(stream=io.StringIO(text), interpolate=False)
         values = MappingProxyType({k: v for k, v in parsed.items() if v is not None})
@@ -135,17 +136,6 @@ class DotenvFile:
 
 def _what(quiet: bool, values: Mapping[str, str]) -> str:
     return "it as empty" if quiet or not values else "the rest as usual"
-
-
-def _read_regular(path: Path) -> tuple[bytes, _Identity]:
-    """The bytes of a regular file of at most MAX_DOTENV_BYTES, with their identity
-    (`secret_file.open_bounded`; the `.env` may be a symlink, its target is checked)."""
-    fd, st = open_bounded(path, MAX_DOTENV_BYTES, follow=True)
-    with os.fdopen(fd, "rb") as handle:
-        raw = handle.read(MAX_DOTENV_BYTES + 1)
-    if len(raw) > MAX_DOTENV_BYTES:
-        raise NotReadable(0, f"over {MAX_DOTENV_BYTES} bytes")
-    return raw, _identity(st)
 
 
 def _clean_lines(raw: bytes) -> tuple[str, list[int]]:
