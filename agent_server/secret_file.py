@@ -5,7 +5,7 @@ born 0600 with O_EXCL|O_NOFOLLOW in the same directory, synced, renamed over the
 target, and the directory synced. A crash at any instant leaves either the old
 complete file or the new one. Unsafe places are refused, never followed. The token
 override file, the generated controller token and the chat session id use it, and
-the retained and pending results.
+the retained and pending results (and, at 0644, the files a spawn reads).
 
 Reading back goes through `open_bounded`: whatever the agent put at a path (a FIFO,
 a symlink, a huge file) is refused before a byte is read, never waited on.
@@ -34,9 +34,9 @@ class UnsafeLocation(OSError):
     """The target is a symlink, or the state dir is writable by group or others."""
 
 
-def write_secret_file(path: Path, value: str | Iterable[str | bytes]) -> int:
+def write_secret_file(path: Path, value: str | Iterable[str | bytes], *, mode: int = 0o600) -> int:
     """Write `value` (a text, or its pieces: texts, or bytes written as they are) to `path`
-    crash-safely at mode 0600, whatever the umask; return the bytes written.
+    crash-safely at `mode` (0600), whatever the umask; return the bytes written.
 
     Raises OSError (UnsafeLocation for a symlinked target or an open state dir) or
     what making the pieces raised; on any failure the target is untouched and no temp
@@ -51,7 +51,7 @@ def write_secret_file(path: Path, value: str | Iterable[str | bytes]) -> int:
     written = 0
     try:
         try:
-            os.fchmod(fd, 0o600)  # the mode at creation already is; keep it explicit
+            os.fchmod(fd, mode)  # whatever the umask (born 0600, never wider)
             for piece in (value,) if isinstance(value, str) else _batched(value):
                 if isinstance(piece, bytes):
                     written += _write_all(fd, memoryview(piece))

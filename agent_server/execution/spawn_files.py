@@ -14,11 +14,9 @@ would fail.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import logging
 import os
-import secrets
 import shutil
 import stat
 import tempfile
@@ -26,11 +24,11 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from agent_server.runtimes.base import SpawnFile
+from agent_server.secret_file import write_secret_file
 
 logger = logging.getLogger("agent_server.spawn_files")
 
 RUN_DIR = Path("/run/agent-server")
-_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def _alive(pid: str) -> bool:
@@ -112,18 +110,9 @@ class SpawnFiles:
         path = directory / f"{digest}-{file.name}"
         if path.exists():
             return path
-        tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}")
         try:
-            fd = os.open(tmp, _CREATE, 0o644)
-            try:
-                os.fchmod(fd, 0o644)  # whatever the umask
-                os.write(fd, file.content)
-            finally:
-                os.close(fd)
-            os.rename(tmp, path)
+            write_secret_file(path, (file.content,), mode=0o644)  # crash-safe, no symlink
         except OSError as exc:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
             logger.warning("spawn files: cannot write %s (%s)", path, exc)
             return None
         return path
