@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent_server.records.files import Bounds, RecordFiles
-from agent_server.records.retained import CHUNK_BYTES, MAX_RECORD_BYTES, RESULT_TTL_S
+from agent_server.records.retained import MAX_RECORD_BYTES, RESULT_TTL_S, RecordReader
 from agent_server.secret_file import compact_json
 
 MAX_PENDING = 200
@@ -72,7 +72,7 @@ class PendingResults:
         if opened is None:
             return None
         fd, kept = opened
-        return kept.body_bytes, _chunks(fd, kept.body_bytes)
+        return kept.body_bytes, RecordReader(fd, b"", kept.body_bytes).chunks()
 
     def _open(self, execution_id: str) -> tuple[int, Kept] | None:
         """The file positioned at its body, and what its header says, if it is sound."""
@@ -97,16 +97,3 @@ class PendingResults:
             return None
         os.lseek(fd, len(line) + 1, os.SEEK_SET)
         return fd, Kept(execution_id, float(deadline), st.st_size - len(line) - 1)
-
-
-def _chunks(fd: int, size: int) -> Iterator[bytes]:
-    try:
-        left = size
-        while left > 0:
-            chunk = os.read(fd, min(CHUNK_BYTES, left))
-            if not chunk:
-                return
-            left -= len(chunk)
-            yield chunk
-    finally:
-        os.close(fd)

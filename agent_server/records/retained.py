@@ -79,7 +79,8 @@ def _prefix(execution_id: str) -> bytes:
 
 
 class RecordReader:
-    """One record's bytes, streamed a chunk at a time up to its size at opening."""
+    """One record's bytes from where `fd` stands (`first` read already), streamed a chunk
+    at a time up to `size`, its size at opening (a pending body's too)."""
 
     def __init__(self, fd: int, first: bytes, size: int) -> None:
         self._fd = fd
@@ -90,7 +91,8 @@ class RecordReader:
         """The record's bytes (blocking reads: iterate in a thread); closes the file."""
         try:
             left = self.size - len(self._first)
-            yield self._first
+            if self._first:
+                yield self._first
             while left > 0:
                 chunk = os.read(self._fd, min(CHUNK_BYTES, left))
                 if not chunk:
