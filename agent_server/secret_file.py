@@ -28,6 +28,9 @@ _CHUNK_CHARS = 1 << 20
 """A value is encoded and written this many characters at a time."""
 _PIECE_CHARS = 64 * 1024
 """`json_chunks` serialises a list in batches of items of about this many characters."""
+TEMP_INFIX = ".tmp."
+"""In the name of every temp file a write makes (`<name>.tmp.<random>`): what a crash left
+and a boot sweeps."""
 
 
 class UnsafeLocation(OSError):
@@ -46,7 +49,7 @@ def write_secret_file(path: Path, value: str | Iterable[str | bytes], *, mode: i
     if path.is_symlink():
         msg = f"refusing to write through a symlink at {path}"
         raise UnsafeLocation(msg)
-    tmp = path.with_name(f"{path.name}.tmp.{secrets.token_hex(8)}")
+    tmp = path.with_name(f"{path.name}{TEMP_INFIX}{secrets.token_hex(8)}")
     fd = os.open(tmp, _CREATE_FLAGS, 0o600)
     written = 0
     try:

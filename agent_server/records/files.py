@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent_server.models import EXECUTION_ID_PATTERN
-from agent_server.secret_file import check_dir, open_bounded, write_secret_file
+from agent_server.secret_file import TEMP_INFIX, check_dir, open_bounded, write_secret_file
 
 RELIST_S = 60.0
 """How long the store trusts what it wrote before it lists the directory again."""
@@ -40,7 +40,6 @@ CLOCK_SKEW_S = 5.0
 """How far in the future an mtime may be (a clock step) and its record still count."""
 SUFFIX = ".json"
 _ID = re.compile(EXECUTION_ID_PATTERN)
-_TEMP = ".tmp."
 
 
 @dataclass(frozen=True)
@@ -140,7 +139,7 @@ class RecordFiles:
     def sweep(self) -> int:
         """At boot: delete every temp file a crashed write left, then evict; how many went."""
         try:
-            temps = [e.path for e in os.scandir(self.directory) if _TEMP in e.name]
+            temps = [e.path for e in os.scandir(self.directory) if TEMP_INFIX in e.name]
         except OSError:
             temps = []
         removed = _unlink_all(temps)
@@ -166,7 +165,7 @@ class RecordFiles:
                 st = entry.stat(follow_symlinks=False)
             except OSError:
                 continue
-            if _TEMP in entry.name:
+            if TEMP_INFIX in entry.name:
                 if now - st.st_mtime > 3600:
                     stale.append(entry.path)
             elif entry.name.endswith(SUFFIX) and _ID.fullmatch(entry.name.removesuffix(SUFFIX)):
