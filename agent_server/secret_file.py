@@ -104,11 +104,6 @@ def _batched(pieces: Iterable[str | bytes]) -> Iterator[str | bytes]:
         yield "".join(batch)
 
 
-def write_json_file(path: Path, value: Any) -> int:
-    """`write_secret_file` of `value` as compact JSON, made and written in pieces."""
-    return write_secret_file(path, json_chunks(value))
-
-
 def json_chunks(value: Any) -> Iterator[str]:
     """`value` as compact JSON (no NaN), in pieces: a dict's values one at a time, a
     list's items in batches of about `_PIECE_CHARS`, so a large log is never one

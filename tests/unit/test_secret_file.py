@@ -16,7 +16,6 @@ from agent_server.secret_file import (
     NotReadable,
     json_chunks,
     read_bounded,
-    write_json_file,
     write_secret_file,
 )
 
@@ -52,7 +51,7 @@ def test_a_large_log_is_written_in_pieces_and_read_back(tmp_path: Path) -> None:
     }
     pieces = list(json_chunks(record))
     assert max(len(piece) for piece in pieces) < len(json.dumps(record)) // 10
-    write_json_file(tmp_path / "r.json", record)
+    write_secret_file(tmp_path / "r.json", json_chunks(record))
     assert _read(tmp_path / "r.json", 10**7) == record
 
 
@@ -70,13 +69,13 @@ def test_a_record_of_small_pieces_is_written_in_few_writes(
 
     monkeypatch.setattr(os, "write", counted)
     record = {"execution_id": "e-1", "metadata": {f"k{i}": i for i in range(200)}}
-    write_json_file(tmp_path / "small.json", record)
+    write_secret_file(tmp_path / "small.json", json_chunks(record))
     assert len(writes) == 1
     assert _read(tmp_path / "small.json", 10**7) == record
 
     writes.clear()
     big = {"a": 1, "response": "x" * (3 << 20), "b": 2}
-    write_json_file(tmp_path / "big.json", big)
+    write_secret_file(tmp_path / "big.json", json_chunks(big))
     # `{"a":1,"response":`, the text's 3 MiB and 2 quotes a MiB at a time, `,"b":2}`
     assert writes == [18, 1 << 20, 1 << 20, 1 << 20, 2, 7]
     assert _read(tmp_path / "big.json", 10**8) == big
@@ -85,7 +84,9 @@ def test_a_record_of_small_pieces_is_written_in_few_writes(
 def test_a_value_json_cannot_hold_leaves_no_file(tmp_path: Path) -> None:
     """NaN fails the write part-way: no record, no temp file."""
     with pytest.raises(ValueError, match="JSON compliant"):
-        write_json_file(tmp_path / "r.json", {"a": list(range(600)), "b": float("nan")})
+        write_secret_file(
+            tmp_path / "r.json", json_chunks({"a": list(range(600)), "b": float("nan")})
+        )
     assert list(tmp_path.iterdir()) == []
 
 
