@@ -264,6 +264,7 @@ class TurnRunner:
         deadline = time.monotonic() + ask.timeout_s
         secret = next(iter(credential.secrets()), None)
         spawned_with = fingerprint(secret) if secret is not None else state.fingerprint
+        not_enforced = ask.unenforced_by(self.adapter)
 
         def answer(attempt: _Attempt) -> tuple[FinishedTurn, TurnAnswer]:
             """The answer of `attempt` as it is now: its draft's while that holds."""
@@ -278,7 +279,7 @@ class TurnRunner:
                 transcript=attempt.transcript,
                 session_reset=attempt.session_reset,
                 chat=chat,
-                not_enforced=ask.unenforced_by(self.adapter),
+                not_enforced=not_enforced,
             )
             outcome = self._classify(attempt, execution, spec, now)
             drafted = attempt.draft.answers(outcome, turn, attempt.lines) if attempt.draft else None
