@@ -210,6 +210,8 @@ def test_a_retained_result_survives_a_restart_and_unknown_ids_are_404(
     answer = server.post("/api/task", json={"message": "keep me", "execution_id": "kept-1"})
     assert answer.status_code == 200
     _wait(lambda: _result(server, "kept-1").status_code == 200, "never retained")
+    # Served from memory at once (read-your-writes): the kill must come after the write.
+    _wait(lambda: (server.state_dir / "results" / "kept-1.json").exists(), "never written")
     server.kill()
     server.start()
     record = _result(server, "kept-1").json()

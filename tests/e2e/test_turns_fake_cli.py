@@ -549,8 +549,7 @@ def test_chats_run_one_at_a_time(server: ServerProcess) -> None:
             pool.submit(post, server, "/api/chat", {"message": "@sleep 0.6", "execution_id": i})
             for i in ("chat-a", "chat-b")
         ]
-        time.sleep(0.3)
-        listed = running(server)
+        listed = wait_listed(server, "chat-a", "chat-b")
         states = sorted(e["state"] for e in listed["executions"])
         assert states == ["queued", "running"]  # both are listed: the second waits its turn
         assert len(listed["pending_ids"]) == 1
