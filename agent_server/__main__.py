@@ -24,9 +24,9 @@ from agent_server.execution.process_group import forbid_dumps
 from agent_server.execution.registry import Registry
 from agent_server.execution.timings import server_shutdown_timeout
 from agent_server.logs import choose_log_format
-from agent_server.models import CredentialStatus, DriftRow
-from agent_server.names import CONTROLLER_TOKEN
 from agent_server.spawn_user import check_can_switch
+from agent_server.wire.credentials import CredentialStatus, DriftRow
+from agent_server.wire.names import CONTROLLER_TOKEN
 
 
 def main(argv: list[str] | None = None) -> int:

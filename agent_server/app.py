@@ -30,30 +30,27 @@ from agent_server.errors import (
 from agent_server.execution.outcome import ERROR_CODES, ERROR_STATUSES
 from agent_server.execution.process_group import enable_child_subreaper, use_pidfd_child_watcher
 from agent_server.execution.timings import RECORDS_AT_EXIT_S
-from agent_server.models import (
-    CredentialStatus,
-    ErrorDetail,
-    ErrorResponse,
-    Health,
-    NoRetainedResultResponse,
-    ReloadTokenRequest,
-    ReloadTokenResponse,
-    ValidationFailed,
-)
 from agent_server.openapi import Answer, Endpoint, openapi_document
 from agent_server.routes import credentials, executions, health, progress
 from agent_server.routes.respond import answer
 from agent_server.services import Services
-from agent_server.turn_models import (
-    AsyncAccepted,
-    ChatRequest,
-    LiveEvent,
-    ParallelTaskRequest,
-    RetainedResult,
-    RunningExecutions,
-    TerminateResponse,
+from agent_server.wire.credentials import CredentialStatus, ReloadTokenRequest, ReloadTokenResponse
+from agent_server.wire.errors import (
+    ErrorDetail,
+    ErrorResponse,
+    NoRetainedResultResponse,
     TurnError,
     TurnErrorDetail,
+    ValidationFailed,
+)
+from agent_server.wire.health import Health
+from agent_server.wire.results import LiveEvent, RetainedResult
+from agent_server.wire.turns import (
+    AsyncAccepted,
+    ChatRequest,
+    ParallelTaskRequest,
+    RunningExecutions,
+    TerminateResponse,
     TurnResponse,
 )
 

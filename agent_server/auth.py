@@ -17,9 +17,9 @@ from pathlib import Path
 from pydantic import SecretStr
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from agent_server.models import token_problem
-from agent_server.names import AUTHENTICATED_CONNECTION, CONTROLLER_TOKEN_HEADER
 from agent_server.secret_file import check_dir, open_bounded, write_secret_file
+from agent_server.wire.names import AUTHENTICATED_CONNECTION, CONTROLLER_TOKEN_HEADER
+from agent_server.wire.values import token_problem
 
 logger = logging.getLogger("agent_server.auth")
 

@@ -56,7 +56,7 @@ from typing import Any, ClassVar, cast
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from agent_server.names import AUTHENTICATED_CONNECTION
+from agent_server.wire.names import AUTHENTICATED_CONNECTION
 
 logger = logging.getLogger("agent_server.client_limits")
 

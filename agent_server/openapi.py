@@ -11,8 +11,9 @@ from pydantic.json_schema import models_json_schema
 from starlette.requests import Request
 from starlette.responses import Response
 
-from agent_server.models import EXECUTION_ID_PATTERN, ErrorResponse, Unauthorized
-from agent_server.names import CONTROLLER_TOKEN_HEADER
+from agent_server.wire.errors import ErrorResponse, Unauthorized
+from agent_server.wire.names import CONTROLLER_TOKEN_HEADER
+from agent_server.wire.values import EXECUTION_ID_PATTERN
 
 Handler = Callable[[Request], Awaitable[Response]]
 Answer = type[BaseModel] | tuple[type[BaseModel], ...] | None

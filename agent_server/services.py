@@ -24,8 +24,7 @@ from agent_server.execution.registry import Registry
 from agent_server.execution.spawn_files import SpawnFiles
 from agent_server.execution.turn import TurnRunner
 from agent_server.metrics import Metrics
-from agent_server.names import CONTROLLER_TOKEN, is_credential_name
-from agent_server.records.callback import CallbackSender, callback_key
+from agent_server.records.callback import CallbackSender
 from agent_server.records.pending import PendingResults
 from agent_server.records.results import Results
 from agent_server.records.retained import RetainedResults
@@ -34,6 +33,8 @@ from agent_server.runtimes import adapter_for
 from agent_server.runtimes.base import RuntimeAdapter
 from agent_server.spawn_env.builder import SpawnEnvBuilder
 from agent_server.spawn_env.dotenv_file import DotenvFile
+from agent_server.wire.names import CONTROLLER_TOKEN, is_credential_name
+from agent_server.wire.signing import callback_key
 
 
 @dataclass(frozen=True)

@@ -14,13 +14,12 @@ A controller's callback endpoint verifies it before it believes the envelope:
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import time
 
 from pydantic import SecretStr
 
-from agent_server.names import CALLBACK_KEY_LABEL
+from agent_server.wire.signing import callback_key, parse_signature, signature
 
 MAX_AGE_S = 24 * 3600
 """A signature older than this is refused (a pending result is kept at most 6 hours,
@@ -39,11 +38,11 @@ def signed_by_server(
     callback key of `controller_token`, and is no older than `max_age_s`."""
     if not header:
         return False
-    fields = dict(part.strip().split("=", 1) for part in header.split(",") if "=" in part)
-    stamp, given = fields.get("t", ""), fields.get("v1", "")
-    if not stamp.isdigit() or abs((time.time() if now is None else now) - int(stamp)) > max_age_s:
+    parsed = parse_signature(header)
+    if parsed is None:
         return False
-    secret = controller_token.get_secret_value().encode()
-    key = hmac.new(secret, CALLBACK_KEY_LABEL, hashlib.sha256).digest()
-    expected = hmac.new(key, stamp.encode() + b"." + body, hashlib.sha256).hexdigest()
-    return hmac.compare_digest(expected, given)
+    stamp, given = parsed
+    if abs((time.time() if now is None else now) - stamp) > max_age_s:
+        return False
+    expected = signature(callback_key(controller_token), stamp, (body,))
+    return hmac.compare_digest(expected, f"t={stamp},v1={given}")

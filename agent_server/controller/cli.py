@@ -29,7 +29,7 @@ from agent_server.controller.pool_status import pool_rows, render_table
 from agent_server.controller.store import default_store_url, open_store
 from agent_server.controller.walk import Walker
 from agent_server.controller.walk_result import WalkResult, WalkTurn
-from agent_server.models import secret_problem
+from agent_server.wire.values import secret_problem
 
 EXIT_SERVED, EXIT_FAILED, EXIT_UNUSABLE, EXIT_WAITING = 0, 1, 2, 3
 

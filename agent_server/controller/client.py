@@ -21,24 +21,20 @@ from pydantic import BaseModel, SecretStr, ValidationError
 
 from agent_server.controller.errors import ProtocolError, TransportError, error_from_response
 from agent_server.controller.sse import EventStreamReader
-from agent_server.models import (
-    CredentialStatus,
-    Health,
-    ReloadTokenResponse,
-)
-from agent_server.names import (
+from agent_server.wire.credentials import CredentialStatus, ReloadTokenResponse
+from agent_server.wire.health import Health
+from agent_server.wire.names import (
     AUTH_OVERRIDE_HEADER,
     AUTH_OVERRIDE_KINDS,
     CONTROLLER_TOKEN_HEADER,
     AuthOverrideKind,
 )
-from agent_server.turn_models import (
+from agent_server.wire.results import LiveEvent, RetainedResult
+from agent_server.wire.turns import (
     AsyncAccepted,
     AuthOverride,
     ChatRequest,
-    LiveEvent,
     ParallelTaskRequest,
-    RetainedResult,
     RunningExecutions,
     TerminateResponse,
     TurnResponse,

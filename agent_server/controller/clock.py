@@ -21,20 +21,6 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-def parse_instant(value: object) -> datetime | None:
-    """An ISO-8601 instant with its offset (`…Z` too) as an aware datetime, else None.
-
-    A naive text is ambiguous and reads None, as does anything that is not a string.
-    """
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return moment.astimezone(UTC) if moment.tzinfo is not None else None
-
-
 def to_micros(instant: datetime) -> int:
     """An aware instant as integer microseconds since the epoch (how stores keep it)."""
     return (instant - EPOCH) // timedelta(microseconds=1)
@@ -43,10 +29,3 @@ def to_micros(instant: datetime) -> int:
 def from_micros(micros: int) -> datetime:
     """Integer microseconds since the epoch as an aware UTC instant."""
     return EPOCH + timedelta(microseconds=micros)
-
-
-def format_instant(instant: datetime | None) -> str | None:
-    """An instant for people and JSON: ISO 8601 UTC with `Z`, whole seconds."""
-    if instant is None:
-        return None
-    return instant.astimezone(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")

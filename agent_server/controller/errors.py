@@ -32,9 +32,10 @@ from typing import Any
 import httpx
 from pydantic import ValidationError
 
-from agent_server.controller.clock import parse_instant
-from agent_server.names import AUTH_OVERRIDE_HEADER, OutcomeKind
-from agent_server.turn_models import TurnErrorDetail
+from agent_server.wire.errors import TurnErrorDetail
+from agent_server.wire.instants import parse_instant
+from agent_server.wire.messages import is_container_fault
+from agent_server.wire.names import AUTH_OVERRIDE_HEADER, OutcomeKind
 
 
 class ControllerError(Exception):
@@ -179,7 +180,6 @@ _BY_STATUS: dict[int, tuple[str, type[AgentError]]] = {
 """What an answer without a usable `error_code` is, by its status alone."""
 _LEGACY_SWITCH: dict[int, str] = {429: "rate_limit", 402: "billing", 503: "auth", 403: "auth"}
 """A server older than the contract's codes: the statuses Trinity reads as a switch."""
-_CONTAINER_FAULTS = ("claude code is not available in this container", "permission bypass failed")
 
 
 def error_from_response(response: httpx.Response) -> AgentError:
@@ -219,7 +219,7 @@ def _without_code(status: int, detail: object, applied: str | None, body: Any) -
     """An answer with no `error_code`: pydantic's 422 list, or a server that predates it."""
     message = detail if isinstance(detail, str) else json.dumps(detail)[:500]
     switch = _LEGACY_SWITCH.get(status)
-    if switch is not None and not any(m in message.lower() for m in _CONTAINER_FAULTS):
+    if switch is not None and not is_container_fault(message):
         turn = TurnErrorDetail(
             message=message,
             error_code=switch,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
-from agent_server.controller.clock import format_instant
+from agent_server.wire.instants import format_instant
 
 logger = logging.getLogger("agent_server.controller")
 

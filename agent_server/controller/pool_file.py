@@ -35,8 +35,8 @@ from pydantic import SecretStr
 
 from agent_server.controller.errors import PoolFileError
 from agent_server.controller.pool_state import CREDENTIAL_KINDS, CredentialInfo, CredentialKind
-from agent_server.models import check_url, secret_problem
-from agent_server.turn_models import AuthOverride, ProviderOverride
+from agent_server.wire.turns import AuthOverride, ProviderOverride
+from agent_server.wire.values import check_url, secret_problem
 
 CREDENTIAL_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 AGENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Literal, NamedTuple, get_args
 
-from agent_server.controller.clock import parse_instant
-from agent_server.turn_models import RateLimitReading, RateLimitWindow
+from agent_server.wire.instants import parse_instant
+from agent_server.wire.turns import RateLimitReading, RateLimitWindow
 
 CredentialKind = Literal["subscription", "api_key", "gateway"]
 CREDENTIAL_KINDS: tuple[CredentialKind, ...] = get_args(CredentialKind)

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from agent_server.controller.clock import format_instant
 from agent_server.controller.pool_state import CredentialInfo, Failure, PoolSnapshot
 from agent_server.controller.rungs import PoolView
 from agent_server.controller.standing import (
@@ -20,6 +19,7 @@ from agent_server.controller.standing import (
     throttled,
     window_use,
 )
+from agent_server.wire.instants import format_instant
 
 CredentialState = Literal["available", "throttled", "failed"]
 """throttled: its window is full now; failed: refused in the skip window (auth,

@@ -8,7 +8,7 @@ an event with no data is no event; unknown fields are ignored, as the standard s
 
 from __future__ import annotations
 
-from agent_server.turn_models import LiveEvent
+from agent_server.wire.results import LiveEvent
 
 
 class EventStreamReader:

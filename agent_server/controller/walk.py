@@ -51,7 +51,7 @@ from agent_server.controller.rungs import PoolView, Rung, TurnContext, plan_rung
 from agent_server.controller.standing import earliest_reset
 from agent_server.controller.store import PoolStore
 from agent_server.controller.walk_result import Attempt, WalkOutcome, WalkResult, WalkTurn
-from agent_server.turn_models import ParallelTaskRequest, TurnMetadata, TurnResponse
+from agent_server.wire.turns import ParallelTaskRequest, TurnMetadata, TurnResponse
 
 FLOOR_S = 30.0
 """The least time worth giving one attempt."""

@@ -6,10 +6,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from agent_server.controller.clock import format_instant
 from agent_server.controller.errors import AgentError
 from agent_server.controller.pool_state import CredentialKind, ScheduledRetry
-from agent_server.turn_models import TurnResponse
+from agent_server.wire.instants import format_instant
+from agent_server.wire.turns import TurnResponse
 
 WalkOutcome = Literal["served", "waiting_for_capacity", "failed", "out_of_time"]
 """served: a credential served the turn; waiting_for_capacity: every credential is

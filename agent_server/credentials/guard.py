@@ -9,7 +9,13 @@ from collections.abc import Mapping
 
 from pydantic import SecretStr
 
-from agent_server.names import API_KEY, AUTH_TOKEN, BASE_URL, CLAUDE_OAUTH, SUBSCRIPTION_SHADOW_KEYS
+from agent_server.wire.names import (
+    API_KEY,
+    AUTH_TOKEN,
+    BASE_URL,
+    CLAUDE_OAUTH,
+    SUBSCRIPTION_SHADOW_KEYS,
+)
 
 
 def arm_subscription_auth_guard(

@@ -19,8 +19,8 @@ from pathlib import Path
 
 from pydantic import SecretStr
 
-from agent_server.models import MAX_TOKEN_BYTES, token_problem
 from agent_server.secret_file import check_dir, read_bounded, write_secret_file
+from agent_server.wire.values import MAX_TOKEN_BYTES, token_problem
 
 logger = logging.getLogger("agent_server.override_file")
 

@@ -15,8 +15,8 @@ from types import MappingProxyType
 
 from pydantic import SecretStr
 
-from agent_server.names import CLAUDE_OAUTH, SUBSCRIPTION_SHADOW_KEYS
 from agent_server.spawn_env.layers import Overrides
+from agent_server.wire.names import CLAUDE_OAUTH, SUBSCRIPTION_SHADOW_KEYS
 
 
 def fingerprint(secret: SecretStr | str) -> str:

@@ -12,14 +12,16 @@ from pathlib import Path
 
 from agent_server.credentials.state import CredentialState, fingerprint
 from agent_server.credentials.store import CredentialStore
-from agent_server.models import (
+from agent_server.spawn_env.layers import SpawnEnv, build_spawn_env
+from agent_server.spawn_env.route import effective_credential
+from agent_server.wire.credentials import (
     CredentialFiles,
     CredentialStatus,
     DriftRow,
     EffectiveAuth,
     OverrideFileStatus,
 )
-from agent_server.names import (
+from agent_server.wire.names import (
     API_KEY,
     AUTH_TOKEN,
     BASE_URL,
@@ -27,8 +29,6 @@ from agent_server.names import (
     PROVIDER_SWITCHES,
     is_credential_name,
 )
-from agent_server.spawn_env.layers import SpawnEnv, build_spawn_env
-from agent_server.spawn_env.route import effective_credential
 
 
 def credential_status(

@@ -17,8 +17,8 @@ from agent_server.credentials.guard import arm_subscription_auth_guard, pin_prov
 from agent_server.credentials.override_file import OverrideFile
 from agent_server.credentials.state import CredentialState, next_generation
 from agent_server.errors import GenerationMismatch, PersistFailed
-from agent_server.names import CLAUDE_OAUTH, SUBSCRIPTION_SHADOW_KEYS
 from agent_server.spawn_env.layers import Overrides
+from agent_server.wire.names import CLAUDE_OAUTH, SUBSCRIPTION_SHADOW_KEYS
 
 logger = logging.getLogger("agent_server.credentials")
 

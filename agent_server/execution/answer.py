@@ -15,14 +15,14 @@ from typing import Any
 
 from agent_server.errors import ApiError
 from agent_server.execution.outcome import Outcome
-from agent_server.execution.resets import format_instant
 from agent_server.execution.transcript import Transcript
-from agent_server.names import AUTH_OVERRIDE_HEADER, AuthRoute, OutcomeKind
 from agent_server.redaction import Serialised
 from agent_server.runtimes.context import context_window_for
 from agent_server.runtimes.events import load_event
 from agent_server.runtimes.stream import TurnStream
-from agent_server.turn_models import ChatContext, TurnMetadata, TurnResponse
+from agent_server.wire.instants import format_instant
+from agent_server.wire.names import AUTH_OVERRIDE_HEADER, AuthRoute, OutcomeKind
+from agent_server.wire.turns import ChatContext, TurnMetadata, TurnResponse
 
 
 @dataclass

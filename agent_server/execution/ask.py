@@ -10,7 +10,7 @@ from agent_server.execution.chat_session import ChatSession
 from agent_server.execution.registry import Execution
 from agent_server.runtimes.base import RuntimeAdapter
 from agent_server.spawn_env.per_spawn import SpawnCredential
-from agent_server.turn_models import AuthOverride, ImageInput
+from agent_server.wire.turns import AuthOverride, ImageInput
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from agent_server.names import OutcomeKind
 from agent_server.runtimes.stream import TurnStream
+from agent_server.wire.names import OutcomeKind
 
 MODEL_CODES = frozenset({"model_not_found", "claude_code_version_too_old"})
 NOT_FOUND_TYPES = frozenset({"not_found_error", "not_found"})

@@ -36,14 +36,16 @@ from agent_server.execution.evidence import (
     UPSTREAM_CODES,
     Evidence,
 )
-from agent_server.execution.resets import format_instant, parse_resets_at
+from agent_server.execution.resets import parse_resets_at
 from agent_server.execution.runner import ProcessFacts
 from agent_server.execution.wording import MODEL_REJECTION_PREFIX, shape_message, telling_text
-from agent_server.names import OutcomeKind
 from agent_server.runtimes.base import OutcomeHints
 from agent_server.runtimes.events import one_of
 from agent_server.runtimes.rate_limit import RATE_LIMIT_WINDOWS
 from agent_server.runtimes.stream import TurnStream
+from agent_server.wire.instants import format_instant
+from agent_server.wire.messages import UNAVAILABLE_MESSAGE, bypass_refused
+from agent_server.wire.names import OutcomeKind
 
 
 @dataclass(frozen=True)
@@ -78,10 +80,6 @@ STATUS_BY_ERROR_CODE: dict[str, int] = {
 ERROR_CODES: tuple[str, ...] = tuple(STATUS_BY_ERROR_CODE)
 ERROR_STATUSES: frozenset[int] = frozenset(STATUS_BY_ERROR_CODE.values())
 
-# Row 1's exact message for a missing runtime, whatever the runtime: the controller
-# matches this literal to tell a container fault from auth (both travel as 503).
-UNAVAILABLE_MESSAGE = "Claude Code is not available in this container"
-
 
 @dataclass(frozen=True)
 class Outcome:
@@ -100,7 +98,7 @@ class Outcome:
 
 def permission_bypass_message(detail: str) -> str:
     """Row 1's message for a refused permission mode: starts `Permission bypass failed`."""
-    return f"Permission bypass failed: {detail}"
+    return bypass_refused(detail)
 
 
 def cancelled() -> Outcome:

@@ -17,9 +17,9 @@ from typing import Literal
 
 from agent_server.errors import Busy, ExecutionInProgress, NotFound
 from agent_server.execution.timings import SHUTDOWN_MARGIN_S
-from agent_server.names import AuthRoute
 from agent_server.records.progress import Progress
 from agent_server.records.retained import MAX_RESULTS
+from agent_server.wire.names import AuthRoute
 
 logger = logging.getLogger("agent_server.registry")
 

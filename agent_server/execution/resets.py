@@ -18,7 +18,6 @@ the controller must never see an invented reset, and never one before `now`.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -26,7 +25,7 @@ from datetime import UTC, date, datetime, time, timedelta, tzinfo
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-__all__ = ["format_instant", "parse_resets_at"]
+__all__ = ["parse_resets_at"]
 
 # Epoch values above this are milliseconds (1e11 s is the year 5138).
 _MILLISECONDS_THRESHOLD = 100_000_000_000
@@ -383,13 +382,3 @@ def _safe_date(year: int, month: int, day: int) -> date | None:
         return date(year, month, day)
     except ValueError:
         return None
-
-
-def format_instant(instant: datetime) -> str:
-    """ISO-8601 UTC with `Z`, whole seconds, rounded up so a reset is never early."""
-    utc = instant.astimezone(UTC)
-    if utc.microsecond:
-        utc = utc.replace(microsecond=0)
-        with contextlib.suppress(OverflowError):  # only at the very end of year 9999
-            utc += timedelta(seconds=1)
-    return f"{utc.year:04d}-{utc:%m-%dT%H:%M:%S}Z"

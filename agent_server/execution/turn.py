@@ -41,12 +41,6 @@ from agent_server.execution.spawn_files import SpawnFiles
 from agent_server.execution.transcript import Transcript
 from agent_server.logs import execution_id_var
 from agent_server.metrics import OTHER_LABEL, Metrics
-from agent_server.names import (
-    AUTH_OVERRIDE_HEADER,
-    EXECUTION_ID,
-    SUBSCRIPTION_SHADOW_KEYS,
-    OutcomeKind,
-)
 from agent_server.records.results import Results
 from agent_server.redaction import Redactor
 from agent_server.runtimes.base import RuntimeAdapter, TurnSpec
@@ -55,6 +49,12 @@ from agent_server.spawn_env.builder import SpawnEnvBuilder
 from agent_server.spawn_env.descriptors import by_descriptor
 from agent_server.spawn_env.per_spawn import SpawnCredential, spawn_credential
 from agent_server.spawn_user import launcher_failed
+from agent_server.wire.names import (
+    AUTH_OVERRIDE_HEADER,
+    EXECUTION_ID,
+    SUBSCRIPTION_SHADOW_KEYS,
+    OutcomeKind,
+)
 
 logger = logging.getLogger("agent_server.turn")
 

@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable, Sequence
 
 from agent_server.execution.evidence import TEXT_MARKERS
-from agent_server.names import OutcomeKind
+from agent_server.wire.names import OutcomeKind
 
 # The words the controller scans a failed turn's message for (Trinity's
 # failure_classifier): the auth words make it switch credentials (a billing message

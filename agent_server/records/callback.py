@@ -25,20 +25,19 @@ controller answers such a replay `200 {replayed: true}`).
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from pydantic import SecretStr
 
 from agent_server.metrics import Metrics
-from agent_server.names import CALLBACK_KEY_LABEL, CALLBACK_SIGNATURE_HEADER
 from agent_server.records.pending import PendingResults
+from agent_server.wire.names import CALLBACK_SIGNATURE_HEADER
+from agent_server.wire.signing import signature
 
 if TYPE_CHECKING:
     import httpx
@@ -54,21 +53,6 @@ SWEEP_WINDOW_S = 180.0
 
 Body = bytes | Callable[[], tuple[int, Iterator[bytes]] | None]
 """What a delivery sends: the body in memory, or how to open a kept one (size, chunks)."""
-
-
-def callback_key(controller_token: SecretStr) -> bytes:
-    """The signing key of callbacks: HMAC-SHA256 of a fixed label under the controller
-    token, so the token itself never signs anything (contract §6.8)."""
-    secret = controller_token.get_secret_value().encode()
-    return hmac.new(secret, CALLBACK_KEY_LABEL, hashlib.sha256).digest()
-
-
-def signature(key: bytes, timestamp: int, chunks: Iterable[bytes]) -> str:
-    """The `X-Agent-Server-Signature` value of a body given as `chunks`."""
-    mac = hmac.new(key, f"{timestamp}.".encode(), hashlib.sha256)
-    for chunk in chunks:
-        mac.update(chunk)
-    return f"t={timestamp},v1={mac.hexdigest()}"
 
 
 class CallbackSender:

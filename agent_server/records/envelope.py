@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent_server.names import AuthRoute
 from agent_server.secret_file import json_chunks
+from agent_server.wire.names import AuthRoute
 
 MAX_RESPONSE_CHARS = 4_000_000
 """The longest `response` Trinity's backend takes (a longer one is refused, 413)."""

@@ -31,8 +31,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent_server.models import EXECUTION_ID_PATTERN
 from agent_server.secret_file import TEMP_INFIX, check_dir, open_bounded, write_secret_file
+from agent_server.wire.values import EXECUTION_ID_PATTERN
 
 RELIST_S = 60.0
 """How long the store trusts what it wrote before it lists the directory again."""

@@ -18,11 +18,11 @@ from agent_server.execution.chat_session import ChatSession
 from agent_server.execution.registry import Execution, Registry
 from agent_server.execution.timings import CALLBACK_LEASE_GRACE_S
 from agent_server.execution.turn import TurnRunner
-from agent_server.names import AUTH_OVERRIDE_HEADER
 from agent_server.records.results import Results
 from agent_server.routes.requests import parse_json
 from agent_server.routes.respond import answer
-from agent_server.turn_models import (
+from agent_server.wire.names import AUTH_OVERRIDE_HEADER
+from agent_server.wire.turns import (
     AsyncAccepted,
     ChatRequest,
     ParallelTaskRequest,

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from agent_server.names import OutcomeKind
 from agent_server.runtimes.stream import TurnStream
+from agent_server.wire.names import OutcomeKind
 
 TURN_OPTIONS = (
     "model",

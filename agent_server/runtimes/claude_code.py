@@ -14,7 +14,6 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from agent_server.names import BYPASS_PERMISSIONS, CLAUDE_DESCRIPTORS
 from agent_server.runtimes.base import (
     TURN_OPTIONS,
     OutcomeHints,
@@ -35,6 +34,7 @@ from agent_server.runtimes.events import (
 )
 from agent_server.runtimes.rate_limit import read_rate_limit
 from agent_server.runtimes.stream import TurnStream
+from agent_server.wire.names import BYPASS_PERMISSIONS, CLAUDE_DESCRIPTORS
 
 __all__ = ["ClaudeCodeAdapter", "ClaudeStreamParser"]
 

@@ -37,7 +37,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from agent_server.names import OutcomeKind
 from agent_server.runtimes.base import OutcomeHints, SpawnFile, SpawnHost, StreamParser, TurnSpec
 from agent_server.runtimes.events import (
     add_error_text,
@@ -49,6 +48,7 @@ from agent_server.runtimes.events import (
     decode_event,
 )
 from agent_server.runtimes.stream import TurnStream
+from agent_server.wire.names import OutcomeKind
 
 __all__ = ["GeminiAdapter", "GeminiStreamParser", "error_body_facts"]
 

@@ -16,11 +16,7 @@ from datetime import UTC, datetime
 from typing import Any, get_args
 
 from agent_server.runtimes.events import as_float, one_of
-from agent_server.turn_models import (
-    RateLimitReading,
-    RateLimitStatus,
-    RateLimitWindow,
-)
+from agent_server.wire.turns import RateLimitReading, RateLimitStatus, RateLimitWindow
 
 __all__ = ["read_rate_limit"]
 

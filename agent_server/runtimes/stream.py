@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent_server.turn_models import RateLimitReading
+from agent_server.wire.turns import RateLimitReading
 
 MAX_ASSISTANT_TEXT_CHARS = 1_048_576
 """The model's prose kept for the answer when no result text came: bounded all the same."""

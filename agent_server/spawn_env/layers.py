@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 from pydantic import SecretStr
 
-from agent_server.names import Layer, is_protected, is_server_only
 from agent_server.spawn_env.route import guard_route
+from agent_server.wire.names import Layer, is_protected, is_server_only
 
 Overrides = Mapping[str, SecretStr | None]
 """Credential overrides: name -> value, or name -> None for a force-unset."""

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 from pydantic import SecretStr
 
-from agent_server.names import (
+from agent_server.spawn_env.layers import PerSpawn
+from agent_server.wire.names import (
     API_KEY,
     AUTH_TOKEN,
     BASE_URL,
@@ -20,8 +21,7 @@ from agent_server.names import (
     SUBSCRIPTION_SHADOW_KEYS,
     AuthRoute,
 )
-from agent_server.spawn_env.layers import PerSpawn
-from agent_server.turn_models import AuthOverride
+from agent_server.wire.turns import AuthOverride
 
 
 @dataclass(frozen=True)

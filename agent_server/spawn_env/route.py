@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from agent_server.names import (
+from agent_server.wire.names import (
     API_KEY,
     AUTH_TOKEN,
     BASE_URL,

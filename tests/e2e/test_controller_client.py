@@ -20,7 +20,7 @@ from agent_server.controller.errors import (
     TransportError,
     Unauthorized,
 )
-from agent_server.turn_models import AuthOverride, ChatRequest, ParallelTaskRequest
+from agent_server.wire.turns import AuthOverride, ChatRequest, ParallelTaskRequest
 from tests.conftest import SecretRegistry
 from tests.e2e.conftest import TurnServers
 from tests.support.callback_receiver import CallbackReceiver

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_server.models import MAX_TOKEN_BYTES, MIN_TOKEN_CHARS
+from agent_server.wire.values import MAX_TOKEN_BYTES, MIN_TOKEN_CHARS
 from tests.conftest import SecretRegistry
 from tests.support.agent_user import SERVER_CAPABILITIES, spawn_test_user
 from tests.support.fake_cli import fingerprint

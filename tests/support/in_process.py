@@ -18,8 +18,8 @@ import httpx
 
 from agent_server.app import create_app
 from agent_server.config import Settings
-from agent_server.names import CONTROLLER_TOKEN_HEADER
 from agent_server.services import Services
+from agent_server.wire.names import CONTROLLER_TOKEN_HEADER
 from tests.support.server import FAKE_CLAUDE
 
 TOKEN = "unit-controller-token-0123456789"

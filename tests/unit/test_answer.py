@@ -11,10 +11,10 @@ import pytest
 from agent_server.execution.answer import FinishedTurn, build_answer
 from agent_server.execution.outcome import ROWS, Outcome
 from agent_server.execution.transcript import Transcript
-from agent_server.names import OutcomeKind
 from agent_server.redaction import MASK, Redactor
 from agent_server.runtimes.events import MAX_EVENT_DEPTH, load_event
 from agent_server.runtimes.stream import TurnStream
+from agent_server.wire.names import OutcomeKind
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 SECRET = "unit-answer-secret-0123456789"

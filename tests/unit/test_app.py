@@ -24,7 +24,7 @@ from agent_server.config import Settings
 from agent_server.errors import api_error_codes
 from agent_server.execution.registry import BUSY_RETRY_AFTER_S
 from agent_server.services import Services
-from agent_server.turn_models import TurnErrorDetail
+from agent_server.wire.errors import TurnErrorDetail
 from tests.support.in_process import BASE_URL, HEADERS, app_client, fake_cli_services, wait_until
 
 

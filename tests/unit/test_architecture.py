@@ -8,15 +8,16 @@
             runtimes | credentials     each owns its facts
             | records                  what outlives a turn: results, callbacks, events
               spawn_env                the environment of a spawn
-                leaves                 logs > turn_models, errors, redaction, metrics
-                                       > models, token_shapes > names, secret_file
+                leaves                 logs > errors, redaction, metrics
+                                       > token_shapes > wire, secret_file
 
 A module may import its own folder and anything on a lower layer; two folders on
 the same layer (runtimes, credentials, records) never import each other.
 
-The controller library sits beside the server: it may import only the wire models
-(`models`, `turn_models`) and `names`, and nothing of the server imports it but
-`__main__`, the command line's composition root (`agent-server pool …`). Only its
+The controller library sits beside the server: it may import only the wire leaf
+(`wire/`: models, names, signing, fixed messages, instants), and nothing of the
+server imports it but `__main__`, the command line's composition root (`agent-server pool …`).
+Only its
 Redis store imports `redis`, the optional dependency.
 """
 
@@ -47,15 +48,13 @@ LAYERS: dict[str, int] = {
     "logs": 3,
     "spawn_user": 3,
     "controller": 3,
-    "turn_models": 2,
     "errors": 2,
     "redaction": 2,
     "metrics": 2,
-    "models": 1,
     "token_shapes": 1,
     "secret_matcher": 1,
     "vocabulary": 0,
-    "names": 0,
+    "wire": 0,
     "secret_file": 0,
     "__init__": 0,
 }
@@ -129,7 +128,7 @@ def test_no_module_is_over_400_lines(path: Path) -> None:
     assert len(path.read_text(encoding="utf-8").splitlines()) <= MAX_LINES
 
 
-CONTROLLER_MAY_IMPORT = frozenset({"controller", "models", "turn_models", "names"})
+CONTROLLER_MAY_IMPORT = frozenset({"controller", "wire"})
 CONTROLLER_IMPORTED_BY = frozenset({"__main__", "controller"})
 REDIS_ONLY_IN = PACKAGE / "controller" / "redis_store.py"
 
@@ -152,7 +151,7 @@ def test_the_controller_check_catches_a_server_import() -> None:
 
 @pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_the_controller_and_the_server_meet_only_at_the_wire(path: Path) -> None:
-    """The controller imports only the wire models and names; only __main__ imports it."""
+    """The controller imports only the wire leaf; only __main__ imports it."""
     mine = _unit(_dotted(path))
     units = {_unit(target) for target in _imports(path)}
     if mine == "controller":

@@ -21,9 +21,10 @@ import pytest
 from pydantic import SecretStr
 
 from agent_server.metrics import Metrics
-from agent_server.records.callback import CallbackSender, callback_key
+from agent_server.records.callback import CallbackSender
 from agent_server.records.pending import Kept, PendingResults
 from agent_server.records.retained import RESULT_TTL_S
+from agent_server.wire.signing import callback_key
 from tests.support.callback_receiver import CallbackReceiver
 from tests.support.fake_cli import fingerprint
 

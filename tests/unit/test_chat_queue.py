@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from agent_server.services import Services
-from agent_server.turn_models import TurnErrorDetail
+from agent_server.wire.errors import TurnErrorDetail
 from tests.support.fake_cli import fingerprint
 from tests.support.in_process import app_client, cli_report, fake_cli_services, wait_until
 

@@ -9,10 +9,10 @@ import pytest
 
 from agent_server.execution.outcome import Outcome, classify_outcome
 from agent_server.execution.runner import ProcessFacts
-from agent_server.names import OutcomeKind
 from agent_server.runtimes.base import RuntimeAdapter, SpawnHost, TurnSpec
 from agent_server.runtimes.codex import CodexAdapter, CodexStreamParser, toml_string
 from agent_server.runtimes.stream import TurnStream
+from agent_server.wire.names import OutcomeKind
 from tests.support.contract import stray_controller_words
 from tests.support.transcripts import CODEX_FIXTURES, captured_at, load_scenario
 

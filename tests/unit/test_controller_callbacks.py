@@ -8,7 +8,7 @@ import pytest
 from pydantic import SecretStr
 
 from agent_server.controller.callbacks import signed_by_server
-from agent_server.records.callback import callback_key, signature
+from agent_server.wire.signing import callback_key, signature
 
 TOKEN = SecretStr("unit-controller-token-0123456789")
 BODY = b'{"execution_id":"e-1","status":"success","response":"done"}'

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agent_server.controller.sse import EventStreamReader
-from agent_server.turn_models import LiveEvent
+from agent_server.wire.results import LiveEvent
 
 
 def _read(text: str) -> list[LiveEvent]:

@@ -8,8 +8,8 @@ import pytest
 
 from agent_server.errors import SpawnTooLarge
 from agent_server.execution.pipes import descriptor_pipes
-from agent_server.names import CLAUDE_DESCRIPTORS
 from agent_server.spawn_env.descriptors import by_descriptor
+from agent_server.wire.names import CLAUDE_DESCRIPTORS
 
 OAUTH_FD = "CLAUDE_CODE_OAUTH_TOKEN_FILE_DESCRIPTOR"
 KEY_FD = "CLAUDE_CODE_API_KEY_FILE_DESCRIPTOR"

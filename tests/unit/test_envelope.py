@@ -11,7 +11,7 @@ from agent_server.records.envelope import (
     bound_log,
     envelope_of,
 )
-from agent_server.turn_models import ResultEnvelope
+from agent_server.wire.results import ResultEnvelope
 from tests.support.envelopes import failure, success
 
 # What Trinity's backend keeps (services/execution_envelope.py, TaskExecutionErrorCode):

@@ -10,7 +10,6 @@ import pytest
 
 from agent_server.execution.outcome import Outcome, classify_outcome
 from agent_server.execution.runner import ProcessFacts
-from agent_server.names import OutcomeKind
 from agent_server.runtimes.base import RuntimeAdapter, SpawnHost, TurnSpec
 from agent_server.runtimes.gemini import (
     GeminiAdapter,
@@ -19,6 +18,7 @@ from agent_server.runtimes.gemini import (
     headless_settings,
 )
 from agent_server.runtimes.stream import TurnStream
+from agent_server.wire.names import OutcomeKind
 from tests.support.contract import stray_controller_words
 from tests.support.transcripts import GEMINI_FIXTURES, captured_at, load_scenario
 

@@ -10,8 +10,8 @@ from pydantic import SecretStr
 
 from agent_server.credentials.override_file import OverrideFile
 from agent_server.credentials.store import CredentialStore
-from agent_server.names import SUBSCRIPTION_SHADOW_KEYS
 from agent_server.spawn_env.layers import PerSpawn, build_spawn_env
+from agent_server.wire.names import SUBSCRIPTION_SHADOW_KEYS
 
 OAUTH = "CLAUDE_CODE_OAUTH_TOKEN"
 KEY = "ANTHROPIC_API_KEY"

@@ -7,8 +7,8 @@ from collections.abc import Mapping
 import pytest
 from pydantic import SecretStr
 
-from agent_server.names import is_credential_name, is_protected
 from agent_server.spawn_env.layers import Overrides, PerSpawn, build_spawn_env
+from agent_server.wire.names import is_credential_name, is_protected
 
 S = SecretStr
 ABSENT = None

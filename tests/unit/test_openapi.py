@@ -16,7 +16,7 @@ from agent_server.app import ENDPOINTS, ERROR_CODES_BY_MODEL, create_app
 from agent_server.config import Settings
 from agent_server.openapi import Answer, openapi_document
 from agent_server.services import Services
-from agent_server.turn_models import ParallelTaskRequest
+from agent_server.wire.turns import ParallelTaskRequest
 
 TOKEN = "unit-controller-token-0123456789"
 REF = "#/components/schemas/"

@@ -12,12 +12,12 @@ import pytest
 from agent_server.execution.answer import error_detail, retry_after_seconds
 from agent_server.execution.outcome import Outcome, classify_outcome
 from agent_server.execution.runner import ProcessFacts
-from agent_server.names import OutcomeKind
 from agent_server.runtimes.base import OutcomeHints
 from agent_server.runtimes.claude_code import ClaudeCodeAdapter, ClaudeStreamParser
 from agent_server.runtimes.codex import CodexAdapter
 from agent_server.runtimes.gemini import GeminiAdapter
 from agent_server.runtimes.stream import TurnStream
+from agent_server.wire.names import OutcomeKind
 from tests.support import trinity
 from tests.support.contract import ERROR_DETAIL_KEYS, stray_controller_words
 from tests.support.transcripts import REFERENCE_FIXTURES, load_scenario

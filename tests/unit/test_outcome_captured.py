@@ -17,9 +17,9 @@ import pytest
 from agent_server.execution.answer import error_detail
 from agent_server.execution.outcome import Outcome, classify_outcome
 from agent_server.execution.runner import ProcessFacts
-from agent_server.names import OutcomeKind
 from agent_server.runtimes.claude_code import ClaudeCodeAdapter, ClaudeStreamParser
 from agent_server.runtimes.stream import TurnStream
+from agent_server.wire.names import OutcomeKind
 from tests.support.contract import ERROR_DETAIL_KEYS, stray_controller_words
 
 CAPTURED = Path(__file__).resolve().parents[1] / "fixtures" / "claude-code-2.1.328-captured"

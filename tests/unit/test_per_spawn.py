@@ -7,10 +7,10 @@ from dataclasses import dataclass
 import pytest
 from pydantic import SecretStr
 
-from agent_server.names import EXECUTION_ID
 from agent_server.spawn_env.layers import build_spawn_env
 from agent_server.spawn_env.per_spawn import spawn_credential
-from agent_server.turn_models import AuthOverride, ProviderOverride
+from agent_server.wire.names import EXECUTION_ID
+from agent_server.wire.turns import AuthOverride, ProviderOverride
 from tests.support.fake_claude import served_by
 
 SWITCHES = {"CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX", "CLAUDE_CODE_USE_FOUNDRY"}

@@ -9,7 +9,7 @@ import pytest
 
 from agent_server.runtimes.claude_code import ClaudeStreamParser
 from agent_server.runtimes.rate_limit import read_rate_limit
-from agent_server.turn_models import RateLimitReading, RateLimitWindow
+from agent_server.wire.turns import RateLimitReading, RateLimitWindow
 from tests.support.transcripts import REFERENCE_FIXTURES, load_scenario
 
 RESET = 1796171393

@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 
 from agent_server.execution.pipes import StderrTail
 from agent_server.execution.wording import shape_message
-from agent_server.names import OutcomeKind
 from agent_server.redaction import Redactor
 from agent_server.vocabulary import own_vocabulary
+from agent_server.wire.names import OutcomeKind
 from tests.support.contract import leaked
 
 PROPERTY = settings(

@@ -12,7 +12,7 @@ import pytest
 
 from agent_server.__main__ import format_status
 from agent_server.credentials.state import fingerprint
-from agent_server.models import (
+from agent_server.wire.credentials import (
     CredentialFiles,
     CredentialStatus,
     DriftRow,

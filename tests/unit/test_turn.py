@@ -13,10 +13,10 @@ from pydantic import SecretStr
 from agent_server.errors import RequestInvalid
 from agent_server.execution.answer import TurnAnswer
 from agent_server.execution.ask import TurnAsk
-from agent_server.names import AUTH_OVERRIDE_HEADER
 from agent_server.redaction import Serialised
 from agent_server.services import Services
-from agent_server.turn_models import AuthOverride, ImageInput
+from agent_server.wire.names import AUTH_OVERRIDE_HEADER
+from agent_server.wire.turns import AuthOverride, ImageInput
 from tests.conftest import agent_environ
 from tests.support.images import ONE_IMAGE
 from tests.support.in_process import fake_cli_services

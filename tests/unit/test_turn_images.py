@@ -14,7 +14,7 @@ import pytest
 from agent_server.runtimes.base import TurnSpec
 from agent_server.runtimes.claude_code import ClaudeCodeAdapter
 from agent_server.services import Services
-from agent_server.turn_models import MAX_IMAGE_BYTES, MAX_IMAGES, MAX_IMAGES_BYTES
+from agent_server.wire.turns import MAX_IMAGE_BYTES, MAX_IMAGES, MAX_IMAGES_BYTES
 from tests.support.images import ONE_IMAGE, data_fingerprint, image, png
 from tests.support.in_process import cli_report, fake_cli_services, request
 

@@ -1,8 +1,5 @@
-"""The wire schemas of turns (contract §6, §7): what `/api/task` and `/api/chat` take and give.
-
-The credential, health and error schemas, and the validators these share, are in
-`models`.
-"""
+"""The wire schemas of turns (contract §6, §7): what `/api/task` and `/api/chat` take
+and give, and the rate-limit reading a turn's metadata carries."""
 
 from __future__ import annotations
 
@@ -17,7 +14,8 @@ from pydantic import (
     model_validator,
 )
 
-from agent_server.models import (
+from agent_server.wire.names import AuthOverrideKind, AuthRoute
+from agent_server.wire.values import (
     ArgValue,
     ExecutionId,
     PromptText,
@@ -26,7 +24,6 @@ from agent_server.models import (
     check_url,
     exactly_one_property,
 )
-from agent_server.names import AuthOverrideKind, AuthRoute
 
 
 class ProviderOverride(Strict):
@@ -282,77 +279,7 @@ class AsyncAccepted(BaseModel):
     status: Literal["accepted"]
 
 
-class ResultEnvelope(BaseModel):
-    """A turn's terminal answer in the shape of Trinity's result callback (contract §6.6)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    execution_id: str
-    status: Literal["success", "failed", "cancelled"]
-    response: str | None
-    response_truncated: bool
-    """The response was longer than the 4,000,000 characters the callback takes."""
-    error: str | None
-    """A failure's message, at most 500 characters."""
-    error_code: str | None
-    """A failure's code in Trinity's vocabulary (contract §6.8)."""
-    terminal_reason: str
-    session_id: str | None
-    metadata: TurnMetadata | None
-    execution_log: list[Any] | None
-    truncated_log: bool
-    """The execution log was over 16,000,000 bytes and is left out."""
-    execution_time_ms: int
-    auth_route: AuthRoute
-    """The override that served the turn, as `X-Trinity-Auth-Override` would say."""
-    http_status: int
-    """The status the turn's synchronous answer has."""
-    detail: dict[str, Any] | None
-    """A failure's §7 detail without `metadata` and `execution_log`."""
-
-
-class RetainedResult(ResultEnvelope):
-    """`GET /api/executions/{id}/result`: the envelope and when it was kept."""
-
-    retained_at: str
-
-
-class LiveEvent(BaseModel):
-    """One server-sent event of `…/events` or `…/stream` (contract §6.7)."""
-
-    event: str | None = None
-    """The CLI event's `type` (`…/events` only); `terminal` last."""
-    id: str | None = None
-    """Its sequence number, from 1 (`…/events` only)."""
-    data: str
-    """The CLI's line (JSON), or the terminal's JSON."""
-    retry: int | None = None
-
-
 class TerminateResponse(BaseModel):
     """`POST /api/executions/{id}/terminate`."""
 
     status: Literal["terminated", "already_finished"]
-
-
-class TurnErrorDetail(BaseModel):
-    """The contract §7 error of one turn: what happened and whether another credential helps."""
-
-    message: str
-    error_code: str
-    retryable: bool
-    switch_credential: bool
-    execution_id: str | None
-    """Null only on a refusal (`busy`, `spawn_too_large`) of a turn that named no id."""
-    auth_route: AuthRoute
-    api_error_status: int | None
-    resets_at: str | None
-    rate_limit_type: str | None
-    metadata: TurnMetadata | None
-    execution_log: list[Any] | None
-
-
-class TurnError(BaseModel):
-    """`{"detail": {...}}` of a failed turn."""
-
-    detail: TurnErrorDetail
