@@ -20,7 +20,7 @@ REAL_CLI_ENV = AGENT_SERVER_TEST_CLAUDE_BIN=$(abspath $(CLAUDE_BIN)) \
 	AGENT_SERVER_TEST_GEMINI_BIN=$(abspath $(GEMINI_BIN))
 AGENT_IMAGE ?= agent-server:dev
 
-.PHONY: help run test lint unit bench bench-quick clean image conformance
+.PHONY: help run test lint unit bench bench-quick clean image conformance vocabulary
 
 # Each target's `##` comment is its line in `make help`.
 help: ## list the targets
@@ -78,6 +78,10 @@ lint: $(DEV_STAMP) ## ruff, ruff format --check, mypy --strict
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+
+# The redactor's word list, generated from the server's string literals and checked in.
+vocabulary: $(RUN_STAMP) ## write agent_server/redaction/vocabulary.txt again (a unit test says when)
+	$(BIN)/python -m agent_server.redaction.vocabulary
 
 unit: $(DEV_STAMP) ## the unit tier only (seconds)
 	$(BIN)/pytest tests/unit

@@ -20,11 +20,11 @@ from starlette.types import ASGIApp
 from agent_server.client_limits import ClientLimits, guarded_protocol
 from agent_server.config import Settings
 from agent_server.errors import ConfigError
-from agent_server.execution.process_group import forbid_dumps
 from agent_server.execution.registry import Registry
-from agent_server.execution.timings import server_shutdown_timeout
 from agent_server.logs import choose_log_format
-from agent_server.spawn_user import check_can_switch
+from agent_server.process.group import forbid_dumps
+from agent_server.process.spawn_user import check_can_switch
+from agent_server.process.timings import server_shutdown_timeout
 from agent_server.wire.credentials import CredentialStatus, DriftRow
 from agent_server.wire.names import CONTROLLER_TOKEN
 
@@ -57,7 +57,7 @@ def serve(client_limits: ClientLimits | None = None) -> int:
     """Serve until SIGTERM/SIGINT; `client_limits` replaces the slow-client limits (tests)."""
     from agent_server.app import create_app
     from agent_server.logs import configure_logging, lean_records
-    from agent_server.redaction import Redactor
+    from agent_server.redaction.redactor import Redactor
     from agent_server.services import Services
 
     lean_records()
@@ -189,7 +189,7 @@ class _DrainingServer(uvicorn.Server):
 def _status(settings: Settings, *, as_json: bool) -> int:
     from agent_server.credentials.status import credential_status
     from agent_server.logs import configure_logging
-    from agent_server.redaction import Redactor
+    from agent_server.redaction.redactor import Redactor
     from agent_server.services import Services
 
     redactor = Redactor()

@@ -27,10 +27,10 @@ from agent_server.errors import (
     RequestInvalid,
     api_error_codes,
 )
-from agent_server.execution.outcome import ERROR_CODES, ERROR_STATUSES
-from agent_server.execution.process_group import enable_child_subreaper, use_pidfd_child_watcher
-from agent_server.execution.timings import RECORDS_AT_EXIT_S
 from agent_server.openapi import Answer, Endpoint, openapi_document
+from agent_server.outcome.classify import ERROR_CODES, ERROR_STATUSES
+from agent_server.process.group import enable_child_subreaper, use_pidfd_child_watcher
+from agent_server.process.timings import RECORDS_AT_EXIT_S
 from agent_server.routes import credentials, executions, health, progress
 from agent_server.routes.respond import answer
 from agent_server.services import Services

@@ -18,8 +18,8 @@ from pydantic import SecretStr
 
 from agent_server.errors import ConfigError
 from agent_server.logs import choose_log_format
+from agent_server.process.spawn_user import SPAWN_USER_VARIABLE, SpawnUser, resolve_spawn_user
 from agent_server.runtimes import RUNTIME_NAMES, adapter_for
-from agent_server.spawn_user import SPAWN_USER_VARIABLE, SpawnUser, resolve_spawn_user
 from agent_server.wire.names import BYPASS_PERMISSIONS
 
 

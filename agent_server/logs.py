@@ -17,7 +17,7 @@ import sys
 from datetime import UTC, datetime
 from typing import TextIO
 
-from agent_server.redaction import LOG_EXTRA_FIELDS, RedactingFilter, Redactor
+from agent_server.redaction.redactor import LOG_EXTRA_FIELDS, RedactingFilter, Redactor
 
 execution_id_var: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "execution_id", default=None

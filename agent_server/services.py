@@ -18,21 +18,21 @@ from agent_server.credentials.override_file import OverrideFile
 from agent_server.credentials.state import CredentialState
 from agent_server.credentials.store import CredentialStore, overrides_secrets
 from agent_server.execution.chat_session import ChatSession
-from agent_server.execution.process_group import Reaper
-from agent_server.execution.readiness import Readiness
 from agent_server.execution.registry import Registry
-from agent_server.execution.spawn_files import SpawnFiles
 from agent_server.execution.turn import TurnRunner
 from agent_server.metrics import Metrics
+from agent_server.process.group import Reaper
+from agent_server.readiness import Readiness
 from agent_server.records.callback import CallbackSender
 from agent_server.records.pending import PendingResults
 from agent_server.records.results import Results
 from agent_server.records.retained import RetainedResults
-from agent_server.redaction import Redactor
+from agent_server.redaction.redactor import Redactor
 from agent_server.runtimes import adapter_for
 from agent_server.runtimes.base import RuntimeAdapter
 from agent_server.spawn_env.builder import SpawnEnvBuilder
 from agent_server.spawn_env.dotenv_file import DotenvFile
+from agent_server.spawn_env.spawn_files import SpawnFiles
 from agent_server.wire.names import CONTROLLER_TOKEN, is_credential_name
 from agent_server.wire.signing import callback_key
 

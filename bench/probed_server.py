@@ -160,7 +160,8 @@ def install() -> None:
     """Wrap the hot path's functions with probes (this process only)."""
     from agent_server import app as app_module
     from agent_server.client_limits import GuardedProtocol
-    from agent_server.execution import runner, turn
+    from agent_server.execution import turn
+    from agent_server.process import runner
     from agent_server.routes import executions
     from agent_server.spawn_env.builder import SpawnEnvBuilder
 

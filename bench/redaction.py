@@ -17,9 +17,9 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from agent_server.execution.answer import FinishedTurn, build_answer
-from agent_server.execution.outcome import ROWS, Outcome
 from agent_server.execution.transcript import Transcript
-from agent_server.redaction import Redactor
+from agent_server.outcome.classify import ROWS, Outcome
+from agent_server.redaction.redactor import Redactor
 from agent_server.runtimes.stream import TurnStream
 from agent_server.wire.names import OutcomeKind
 from bench.plan import Plan

@@ -14,9 +14,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from agent_server.errors import ApiError
-from agent_server.execution.outcome import Outcome
 from agent_server.execution.transcript import Transcript
-from agent_server.redaction import Serialised
+from agent_server.outcome.classify import Outcome
+from agent_server.redaction.redactor import Serialised
 from agent_server.runtimes.context import context_window_for
 from agent_server.runtimes.events import load_event
 from agent_server.runtimes.stream import TurnStream

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import Literal
 
 from agent_server.errors import Busy, ExecutionInProgress, NotFound
-from agent_server.execution.timings import SHUTDOWN_MARGIN_S
+from agent_server.process.timings import SHUTDOWN_MARGIN_S
 from agent_server.records.progress import Progress
 from agent_server.records.retained import MAX_RESULTS
 from agent_server.wire.names import AuthRoute

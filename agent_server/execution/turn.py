@@ -33,22 +33,22 @@ from agent_server.execution.answer import (
 )
 from agent_server.execution.ask import AcceptedTurn, TurnAsk
 from agent_server.execution.chat_session import ChatSession
-from agent_server.execution.outcome import Outcome, cancelled, classify_outcome, shutdown_killed
-from agent_server.execution.process_group import Reaper
 from agent_server.execution.registry import Execution, Registry
-from agent_server.execution.runner import ProcessFacts, run_process
-from agent_server.execution.spawn_files import SpawnFiles
 from agent_server.execution.transcript import Transcript
 from agent_server.logs import execution_id_var
 from agent_server.metrics import OTHER_LABEL, Metrics
+from agent_server.outcome.classify import Outcome, cancelled, classify_outcome, shutdown_killed
+from agent_server.process.group import Reaper
+from agent_server.process.runner import ProcessFacts, run_process
+from agent_server.process.spawn_user import launcher_failed
 from agent_server.records.results import Results
-from agent_server.redaction import Redactor
+from agent_server.redaction.redactor import Redactor
 from agent_server.runtimes.base import RuntimeAdapter, TurnSpec
 from agent_server.runtimes.stream import TurnStream
 from agent_server.spawn_env.builder import SpawnEnvBuilder
 from agent_server.spawn_env.descriptors import by_descriptor
 from agent_server.spawn_env.per_spawn import SpawnCredential, spawn_credential
-from agent_server.spawn_user import launcher_failed
+from agent_server.spawn_env.spawn_files import SpawnFiles
 from agent_server.wire.names import (
     AUTH_OVERRIDE_HEADER,
     EXECUTION_ID,

@@ -24,7 +24,7 @@ from agent_server.metrics import Metrics
 from agent_server.records.callback import CallbackSender
 from agent_server.records.envelope import bound_log, envelope_of
 from agent_server.records.retained import RecordReader, RetainedResults
-from agent_server.redaction import Redactor
+from agent_server.redaction.redactor import Redactor
 from agent_server.secret_file import compact_json
 from agent_server.wire.names import AuthRoute
 

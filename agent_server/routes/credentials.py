@@ -11,7 +11,7 @@ from agent_server.config import Settings
 from agent_server.credentials.status import credential_status, env_shadow
 from agent_server.credentials.store import CredentialStore
 from agent_server.errors import ApiError, RequestInvalid, TokenInvalid, TokenRequired
-from agent_server.redaction import Redactor
+from agent_server.redaction.redactor import Redactor
 from agent_server.routes.requests import parse_json
 from agent_server.routes.respond import answer
 from agent_server.spawn_env.builder import SpawnEnvBuilder

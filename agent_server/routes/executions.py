@@ -16,8 +16,8 @@ from agent_server.execution.answer import TurnAnswer
 from agent_server.execution.ask import AcceptedTurn, TurnAsk
 from agent_server.execution.chat_session import ChatSession
 from agent_server.execution.registry import Execution, Registry
-from agent_server.execution.timings import CALLBACK_LEASE_GRACE_S
 from agent_server.execution.turn import TurnRunner
+from agent_server.process.timings import CALLBACK_LEASE_GRACE_S
 from agent_server.records.results import Results
 from agent_server.routes.requests import parse_json
 from agent_server.routes.respond import answer

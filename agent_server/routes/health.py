@@ -7,9 +7,9 @@ from starlette.responses import Response
 
 from agent_server import __version__
 from agent_server.config import Settings
-from agent_server.execution.readiness import Readiness, runtime_available
 from agent_server.execution.registry import Registry
 from agent_server.metrics import CONTENT_TYPE, Metrics
+from agent_server.readiness import Readiness, runtime_available
 from agent_server.routes.respond import answer, answer_text
 from agent_server.runtimes.base import TURN_OPTIONS, RuntimeAdapter
 from agent_server.wire.health import Capabilities, Health

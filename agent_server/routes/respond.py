@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from agent_server.redaction import Redactor, Serialised
+from agent_server.redaction.redactor import Redactor, Serialised
 
 if TYPE_CHECKING:
     from sse_starlette import ServerSentEvent

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from agent_server.runtimes.stream import TurnStream
+from agent_server.spawn_env.spawn_files import SpawnFile
 from agent_server.wire.names import OutcomeKind
 
 TURN_OPTIONS = (
@@ -69,19 +70,6 @@ class OutcomeHints:
     before its exit status and the shared markers (rows 5-10)."""
     exit_statuses: Mapping[int, int] = field(default_factory=dict)
     """Exit statuses that carry the API's HTTP status (Gemini CLI exits with it, mod 256)."""
-
-
-@dataclass(frozen=True)
-class SpawnFile:
-    """A file a CLI reads to run headless, written by the server, never by the agent.
-
-    The spawn finds it through `variable` (its path), unless the environment already
-    names one: the operator's own file wins.
-    """
-
-    variable: str
-    name: str
-    content: bytes
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,6 @@ from typing import Any
 from agent_server.runtimes.base import (
     TURN_OPTIONS,
     OutcomeHints,
-    SpawnFile,
     SpawnHost,
     StreamParser,
     TurnSpec,
@@ -34,6 +33,7 @@ from agent_server.runtimes.events import (
 )
 from agent_server.runtimes.rate_limit import read_rate_limit
 from agent_server.runtimes.stream import TurnStream
+from agent_server.spawn_env.spawn_files import SpawnFile
 from agent_server.wire.names import BYPASS_PERMISSIONS, CLAUDE_DESCRIPTORS
 
 __all__ = ["ClaudeCodeAdapter", "ClaudeStreamParser"]

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from agent_server.runtimes.base import OutcomeHints, SpawnFile, SpawnHost, StreamParser, TurnSpec
+from agent_server.runtimes.base import OutcomeHints, SpawnHost, StreamParser, TurnSpec
 from agent_server.runtimes.events import (
     add_error_text,
     as_int,
@@ -33,6 +33,7 @@ from agent_server.runtimes.events import (
     decode_event,
 )
 from agent_server.runtimes.stream import TurnStream
+from agent_server.spawn_env.spawn_files import SpawnFile
 from agent_server.wire.names import BYPASS_PERMISSIONS, OutcomeKind
 
 __all__ = ["CodexAdapter", "CodexStreamParser", "toml_string"]

@@ -12,7 +12,7 @@ import asyncio
 import logging
 from collections.abc import Container, Iterable, Mapping
 
-from agent_server.redaction import Redactor
+from agent_server.redaction.redactor import Redactor
 from agent_server.spawn_env.dotenv_file import DotenvFile
 from agent_server.spawn_env.layers import Overrides, PerSpawn, SpawnEnv, build_spawn_env
 from agent_server.wire.names import is_credential_name

@@ -31,8 +31,8 @@ from types import MappingProxyType
 
 from dotenv import dotenv_values
 
+from agent_server.process.spawn_user import SpawnUser, file_ids_of
 from agent_server.secret_file import read_bounded_and_stat
-from agent_server.spawn_user import SpawnUser, file_ids_of
 
 logger = logging.getLogger("agent_server.env_file")
 

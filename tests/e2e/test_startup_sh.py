@@ -136,7 +136,7 @@ def test_what_the_server_would_refuse_is_not_exported(
 
 
 def test_its_token_rule_is_the_servers() -> None:
-    """The shell spells the server's bounds (models.py), which no test of cases would
+    """The shell spells the server's bounds (wire/values.py), which no test of cases would
     notice drifting apart at the edges."""
     script = STARTUP.read_text()
     assert f"^[!-~]{{{MIN_TOKEN_CHARS},{MAX_TOKEN_BYTES}}}$" in script

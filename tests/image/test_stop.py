@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from agent_server.execution.timings import STOP_TIMEOUT_MARGIN_S
+from agent_server.process.timings import STOP_TIMEOUT_MARGIN_S
 from tests.image.conftest import FAKE_CLAUDE, REPO, TESTS_MOUNT, Containers, Docker
 
 GRACE_S = 2

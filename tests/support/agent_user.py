@@ -21,7 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from agent_server.spawn_user import REQUIRED_CAPABILITIES
+from agent_server.process.spawn_user import REQUIRED_CAPABILITIES
 from tests.conftest import unavailable
 
 REPO = Path(__file__).resolve().parents[2]

@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from agent_server.execution.spawn_files import SpawnFiles
 from agent_server.runtimes.base import RuntimeAdapter, TurnSpec
 from agent_server.runtimes.codex import CodexAdapter
 from agent_server.runtimes.gemini import GeminiAdapter, headless_settings
+from agent_server.spawn_env.spawn_files import SpawnFiles
 from tests.support import gemini_api, openai_api
 from tests.support.real_clis import CODEX, GEMINI, RealCli
 

@@ -10,7 +10,7 @@ import json
 from datetime import datetime
 from pathlib import Path
 
-from agent_server.execution.runner import ProcessFacts
+from agent_server.process.runner import ProcessFacts
 from agent_server.runtimes.base import StreamParser
 from agent_server.runtimes.stream import TurnStream
 from tests.support.real_clis import CODEX, GEMINI, RealCli

@@ -9,9 +9,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from agent_server.execution.answer import FinishedTurn, build_answer
-from agent_server.execution.outcome import ROWS, Outcome
 from agent_server.execution.transcript import Transcript
-from agent_server.redaction import MASK, Redactor
+from agent_server.outcome.classify import ROWS, Outcome
+from agent_server.redaction.redactor import MASK, Redactor
 from agent_server.runtimes.events import MAX_EVENT_DEPTH, load_event
 from agent_server.runtimes.stream import TurnStream
 from agent_server.wire.names import OutcomeKind

@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from agent_server.execution.outcome import Outcome, classify_outcome
-from agent_server.execution.runner import ProcessFacts
+from agent_server.outcome.classify import Outcome, classify_outcome
+from agent_server.process.runner import ProcessFacts
 from agent_server.runtimes.base import RuntimeAdapter, SpawnHost, TurnSpec
 from agent_server.runtimes.codex import CodexAdapter, CodexStreamParser, toml_string
 from agent_server.runtimes.stream import TurnStream

@@ -17,8 +17,8 @@ import pytest
 from agent_server.app import ENDPOINTS, ERROR_CODES_BY_MODEL, create_app
 from agent_server.config import Settings
 from agent_server.errors import ApiError, api_error_codes
-from agent_server.execution.outcome import ERROR_CODES, ROWS, STATUS_BY_ERROR_CODE
 from agent_server.openapi import openapi_document
+from agent_server.outcome.classify import ERROR_CODES, ROWS, STATUS_BY_ERROR_CODE
 from agent_server.wire.names import OutcomeKind
 
 CONTRACT = Path(__file__).resolve().parents[2] / "docs" / "contract.md"

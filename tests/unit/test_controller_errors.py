@@ -28,7 +28,7 @@ from agent_server.controller.errors import (
     error_from_response,
 )
 from agent_server.errors import api_error_codes
-from agent_server.execution.outcome import ROWS, STATUS_BY_ERROR_CODE
+from agent_server.outcome.classify import ROWS, STATUS_BY_ERROR_CODE
 
 SERVER_ERRORS: dict[str, tuple[int, type[AgentError]]] = {
     "token_required": (400, RequestRejected),

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from agent_server.errors import SpawnTooLarge
-from agent_server.execution.pipes import descriptor_pipes
+from agent_server.process.pipes import descriptor_pipes
 from agent_server.spawn_env.descriptors import by_descriptor
 from agent_server.wire.names import CLAUDE_DESCRIPTORS
 

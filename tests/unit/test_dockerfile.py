@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_server.spawn_user import REQUIRED_CAPABILITIES
+from agent_server.process.spawn_user import REQUIRED_CAPABILITIES
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "docker" / "Dockerfile"

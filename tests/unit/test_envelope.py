@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent_server.execution.outcome import ERROR_CODES
+from agent_server.outcome.classify import ERROR_CODES
 from agent_server.records.envelope import (
     MAX_RESPONSE_CHARS,
     TRINITY_CODES,

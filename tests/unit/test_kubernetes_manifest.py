@@ -22,8 +22,8 @@ import pytest
 import yaml
 from kubernetes_validate.utils import all_versions
 
-from agent_server.execution.timings import STOP_TIMEOUT_MARGIN_S
-from agent_server.spawn_user import REQUIRED_CAPABILITIES
+from agent_server.process.spawn_user import REQUIRED_CAPABILITIES
+from agent_server.process.timings import STOP_TIMEOUT_MARGIN_S
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFEST = ROOT / "docker" / "kubernetes" / "agent.yaml"

@@ -20,7 +20,7 @@ from agent_server.logs import (
     configure_logging,
     execution_id_var,
 )
-from agent_server.redaction import MASK, RedactingFilter, Redactor
+from agent_server.redaction.redactor import MASK, RedactingFilter, Redactor
 
 SECRET = "unit-log-secret-0123456789"
 

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from agent_server.execution.answer import error_detail
-from agent_server.execution.outcome import Outcome, classify_outcome
-from agent_server.execution.runner import ProcessFacts
+from agent_server.outcome.classify import Outcome, classify_outcome
+from agent_server.process.runner import ProcessFacts
 from agent_server.runtimes.claude_code import ClaudeCodeAdapter, ClaudeStreamParser
 from agent_server.runtimes.stream import TurnStream
 from agent_server.wire.names import OutcomeKind

@@ -7,7 +7,7 @@ import itertools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent_server.execution.pipes import LineSplitter
+from agent_server.process.pipes import LineSplitter
 
 MAX = 8
 

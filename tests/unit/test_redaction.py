@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from pydantic import SecretStr
 
 from agent_server.logs import JsonFormatter
-from agent_server.redaction import (
+from agent_server.redaction.redactor import (
     _BATCH_CHARS,
     MASK,
     MAX_CLEAN_DEPTH,
@@ -21,7 +21,7 @@ from agent_server.redaction import (
     RedactingFilter,
     Redactor,
 )
-from agent_server.vocabulary import own_vocabulary
+from agent_server.redaction.vocabulary import collect, own_vocabulary, package_root
 
 SECRET = "plain-secret-value-1"
 
@@ -142,6 +142,11 @@ def test_the_vocabulary_is_the_servers_own_code() -> None:
     vocabulary = own_vocabulary()
     for word in ("/api/credentials/reload-token", "no_retained_result", "rate_limit_info"):
         assert word in vocabulary
+
+
+def test_the_checked_in_vocabulary_is_current() -> None:
+    """vocabulary.txt holds exactly the words of today's sources (`make vocabulary`)."""
+    assert own_vocabulary() == collect(package_root()), "run `make vocabulary`"
 
 
 @pytest.mark.parametrize(

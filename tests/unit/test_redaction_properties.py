@@ -13,10 +13,10 @@ import string
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent_server.execution.pipes import StderrTail
-from agent_server.execution.wording import shape_message
-from agent_server.redaction import Redactor
-from agent_server.vocabulary import own_vocabulary
+from agent_server.outcome.wording import shape_message
+from agent_server.process.pipes import StderrTail
+from agent_server.redaction.redactor import Redactor
+from agent_server.redaction.vocabulary import own_vocabulary
 from agent_server.wire.names import OutcomeKind
 from tests.support.contract import leaked
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent_server.execution.resets import parse_resets_at
+from agent_server.outcome.resets import parse_resets_at
 
 # A Sunday morning, so weekday and day rolls are easy to read.
 NOW = datetime(2025, 11, 30, 7, 51, 0, tzinfo=UTC)

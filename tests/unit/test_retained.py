@@ -18,7 +18,7 @@ from agent_server.records import files
 from agent_server.records.envelope import bound_log
 from agent_server.records.results import Results
 from agent_server.records.retained import MAX_RECORD_BYTES, RetainedResults
-from agent_server.redaction import MASK, Redactor
+from agent_server.redaction.redactor import MASK, Redactor
 from agent_server.wire.results import RetainedResult
 from tests.support.envelopes import failure, metadata, success
 

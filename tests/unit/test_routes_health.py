@@ -13,7 +13,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from agent_server import __version__
-from agent_server.execution.readiness import runtime_available
+from agent_server.readiness import runtime_available
 from agent_server.services import Services
 from tests.support.contract import CLAUDE_TURN_OPTIONS, CODEX_TURN_OPTIONS
 from tests.support.in_process import (

@@ -19,8 +19,8 @@ from typing import Any
 import anyio
 import pytest
 
-from agent_server.execution.process_group import enable_child_subreaper, use_pidfd_child_watcher
-from agent_server.execution.runner import ProcessResult, run_process
+from agent_server.process.group import enable_child_subreaper, use_pidfd_child_watcher
+from agent_server.process.runner import ProcessResult, run_process
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
 
@@ -378,7 +378,7 @@ def test_the_pidfd_watcher_spawns_without_a_thread_per_child() -> None:
 
 CHILDREN_OF_SELF = """
     import os, subprocess, sys, time
-    from agent_server.execution.process_group import children_of_self
+    from agent_server.process.group import children_of_self
 
     assert children_of_self() == set(), "no child yet"
     child = subprocess.Popen([sys.argv[1], "30"])

@@ -12,7 +12,7 @@ import pytest
 
 from agent_server.config import Settings
 from agent_server.execution.ask import TurnAsk
-from agent_server.redaction import DEPARTED_LIMIT, MASK
+from agent_server.redaction.redactor import DEPARTED_LIMIT, MASK
 from agent_server.services import Services
 from agent_server.spawn_env.builder import OnceWarner
 from agent_server.spawn_env.layers import SpawnEnv

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from agent_server.execution.spawn_files import SpawnFiles
 from agent_server.runtimes.base import SpawnFile
+from agent_server.spawn_env.spawn_files import SpawnFiles
 
 VARIABLE = "GEMINI_CLI_SYSTEM_DEFAULTS_PATH"
 FILE = SpawnFile(VARIABLE, "gemini-system-defaults.json", b'{"general": {"maxAttempts": 1}}')

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from agent_server import spawn_user
 from agent_server.config import Settings
 from agent_server.errors import ConfigError
-from agent_server.spawn_user import (
+from agent_server.process import spawn_user
+from agent_server.process.spawn_user import (
     SpawnUser,
     check_can_switch,
     file_ids_of,

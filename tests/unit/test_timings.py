@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from agent_server.execution import timings
-from agent_server.execution.process_group import Reaper, enable_child_subreaper
-from agent_server.execution.runner import run_process
+from agent_server.process import timings
+from agent_server.process.group import Reaper, enable_child_subreaper
+from agent_server.process.runner import run_process
 
 pytestmark = pytest.mark.timeout(60)
 

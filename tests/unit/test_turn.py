@@ -13,7 +13,7 @@ from pydantic import SecretStr
 from agent_server.errors import RequestInvalid
 from agent_server.execution.answer import TurnAnswer
 from agent_server.execution.ask import TurnAsk
-from agent_server.redaction import Serialised
+from agent_server.redaction.redactor import Serialised
 from agent_server.services import Services
 from agent_server.wire.names import AUTH_OVERRIDE_HEADER
 from agent_server.wire.turns import AuthOverride, ImageInput

@@ -13,7 +13,7 @@ import functools
 import re
 from collections.abc import Iterable, Sequence
 
-from agent_server.execution.evidence import TEXT_MARKERS
+from agent_server.outcome.evidence import TEXT_MARKERS
 from agent_server.wire.names import OutcomeKind
 
 # The words the controller scans a failed turn's message for (Trinity's

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from agent_server.execution.evidence import (
+from agent_server.outcome.evidence import (
     AUTH_CODES,
     BILLING_CODES,
     MAX_TURN_REASONS,
@@ -36,9 +36,9 @@ from agent_server.execution.evidence import (
     UPSTREAM_CODES,
     Evidence,
 )
-from agent_server.execution.resets import parse_resets_at
-from agent_server.execution.runner import ProcessFacts
-from agent_server.execution.wording import MODEL_REJECTION_PREFIX, shape_message, telling_text
+from agent_server.outcome.resets import parse_resets_at
+from agent_server.outcome.wording import MODEL_REJECTION_PREFIX, shape_message, telling_text
+from agent_server.process.runner import ProcessFacts
 from agent_server.runtimes.base import OutcomeHints
 from agent_server.runtimes.events import one_of
 from agent_server.runtimes.rate_limit import RATE_LIMIT_WINDOWS

@@ -38,10 +38,10 @@ from typing import Any
 
 from pydantic import SecretStr
 
+from agent_server.redaction.matcher import MASK, SURROGATE, Matcher, valid_text
+from agent_server.redaction.token_shapes import LONGEST_HINT, TOKEN_PATTERNS, maybe_token
+from agent_server.redaction.vocabulary import own_vocabulary
 from agent_server.secret_file import compact_json
-from agent_server.secret_matcher import MASK, SURROGATE, Matcher, valid_text
-from agent_server.token_shapes import LONGEST_HINT, TOKEN_PATTERNS, maybe_token
-from agent_server.vocabulary import own_vocabulary
 
 MIN_SECRET_LENGTH = 8
 DEPARTED_LIMIT = 1024

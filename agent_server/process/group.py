@@ -19,8 +19,8 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from agent_server.execution.timings import ORPHAN_REAP_DELAY_S, REAP_POLL_S, REAP_TIMEOUT_S
-from agent_server.spawn_user import SpawnUser, file_ids_of
+from agent_server.process.spawn_user import SpawnUser, file_ids_of
+from agent_server.process.timings import ORPHAN_REAP_DELAY_S, REAP_POLL_S, REAP_TIMEOUT_S
 
 logger = logging.getLogger("agent_server.process_group")
 

@@ -32,9 +32,9 @@ from typing import Any, cast
 import anyio
 
 from agent_server.errors import SpawnTooLarge
-from agent_server.execution.pipes import LineSplitter, StderrTail, descriptor_pipes
-from agent_server.execution.process_group import ProcessGroup, Reaper
-from agent_server.execution.timings import KILL_GRACE_S, PIPE_CLOSE_S, PIPE_DRAIN_S
+from agent_server.process.group import ProcessGroup, Reaper
+from agent_server.process.pipes import LineSplitter, StderrTail, descriptor_pipes
+from agent_server.process.timings import KILL_GRACE_S, PIPE_CLOSE_S, PIPE_DRAIN_S
 
 logger = logging.getLogger(__name__)
 

@@ -21,14 +21,27 @@ import shutil
 import stat
 import tempfile
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
-from agent_server.runtimes.base import SpawnFile
 from agent_server.secret_file import write_secret_file
 
 logger = logging.getLogger("agent_server.spawn_files")
 
 RUN_DIR = Path("/run/agent-server")
+
+
+@dataclass(frozen=True)
+class SpawnFile:
+    """A file a CLI reads to run headless, written by the server, never by the agent.
+
+    The spawn finds it through `variable` (its path), unless the environment already
+    names one: the operator's own file wins.
+    """
+
+    variable: str
+    name: str
+    content: bytes
 
 
 def _alive(pid: str) -> bool:
