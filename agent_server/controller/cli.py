@@ -24,11 +24,12 @@ from pydantic import SecretStr
 from agent_server.controller.client import AgentClient
 from agent_server.controller.clock import utc_now
 from agent_server.controller.errors import ControllerError, PoolFileError, StoreError
-from agent_server.controller.pool_file import AGENT_NAME, load_pool
-from agent_server.controller.pool_status import pool_rows, render_table
-from agent_server.controller.store import default_store_url, open_store
-from agent_server.controller.walk import Walker
-from agent_server.controller.walk_result import WalkResult, WalkTurn
+from agent_server.controller.pool.file import AGENT_NAME, load_pool
+from agent_server.controller.pool.status import pool_rows, render_table
+from agent_server.controller.result import WalkResult
+from agent_server.controller.stores.base import default_store_url, open_store
+from agent_server.controller.turn import WalkTurn
+from agent_server.controller.walker import Walker
 from agent_server.wire.values import secret_problem
 
 EXIT_SERVED, EXIT_FAILED, EXIT_UNUSABLE, EXIT_WAITING = 0, 1, 2, 3
@@ -98,7 +99,7 @@ async def _walk(args: argparse.Namespace) -> int:
     try:
         async with AgentClient(args.agent_url, token) as client:
             await store.register_credentials(pool.infos)
-            walker = Walker(client, store, pool)
+            walker = Walker({args.agent_name: client}, store, pool)
             turn = WalkTurn(
                 agent=args.agent_name,
                 message=args.message,

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
+from agent_server.controller.clock import Clock
 from agent_server.wire.instants import format_instant
 
 logger = logging.getLogger("agent_server.controller")
@@ -72,3 +73,26 @@ def emit(hook: EventHook | None, event: WalkEvent) -> None:
         hook(event)
     except Exception:
         logger.exception("the walk's event hook failed on %s", event.phase.value)
+
+
+@dataclass(frozen=True)
+class Announcer:
+    """Stamps and emits the events of one walker (and of each walk it runs)."""
+
+    hook: EventHook | None
+    clock: Clock
+
+    def __call__(
+        self,
+        phase: WalkPhase,
+        agent: str,
+        credential_id: str | None = None,
+        *,
+        error_code: str | None = None,
+        resets_at: datetime | None = None,
+        note: str | None = None,
+    ) -> WalkEvent:
+        """Emit one event, stamped now; the event is returned for tests and callers."""
+        event = WalkEvent(phase, agent, self.clock(), credential_id, error_code, resets_at, note)
+        emit(self.hook, event)
+        return event

@@ -16,8 +16,8 @@ from collections.abc import Awaitable, Callable
 
 from agent_server.controller.clock import Clock, utc_now
 from agent_server.controller.events import EventHook, WalkEvent, WalkPhase, emit
-from agent_server.controller.pool_state import ScheduledRetry
-from agent_server.controller.store import PoolStore
+from agent_server.controller.pool.state import ScheduledRetry
+from agent_server.controller.stores.base import PoolStore
 
 RunRetry = Callable[[ScheduledRetry], Awaitable[object]]
 """What the controller does when an agent's retry is due: walk its turn again."""

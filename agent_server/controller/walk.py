@@ -1,44 +1,39 @@
-"""The walk's driver: one turn through the ladder until a credential serves it.
+"""One turn's walk: the ladder, climbed until a credential serves it.
 
-    walker = Walker(client, store, pool)
-    result = await walker.walk(WalkTurn(agent="agent-1", message="fix the test"))
-
-Each step asks `rungs.plan_rungs` for the best rung still untried, sends the turn
-with that credential as its `auth_override`, and records what came back against
-the credential it was sent with: a reading from every answer, a failure from every
+Each step asks `pool.rungs.plan_rungs` for the best rung still untried, sends the turn
+with that credential as its `auth_override`, and records what came back against the
+credential it was sent with: a reading from every answer, a failure from every
 refusal (`rate_limit`, `auth`, `billing`). It stops at the first answer no other
 credential would change. Bounds: every rung grows the tried set, there are at most
 `len(pool) + 2` attempts, and an attempt is sent only while the turn's remaining
 time covers `FLOOR_S` plus `SETTLE_S`.
 
 Commit once: a subscription other than the assignment that served becomes the
-assignment by compare-and-set in the store, then on the server by reload-token with
-`expected_generation`; the loser of a race changes nothing. A key or gateway that
-served changes no assignment. When every credential is exhausted, the agent waits
-for capacity: one retry, persisted, at the earliest known reset (`retries.py` runs it).
+assignment (`commit.Assignments`). A key or gateway that served changes no
+assignment. When every credential is exhausted, the agent waits for capacity: one
+retry, persisted, at the earliest known reset (`retries.py` runs it).
 """
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from agent_server.controller.client import AgentClient, TurnReply
-from agent_server.controller.clock import Clock, utc_now
+from agent_server.controller.commit import Assignments
 from agent_server.controller.errors import (
     AgentError,
     CredentialRefused,
-    GenerationMismatch,
     PoolFileError,
     ProtocolError,
-    StoreError,
     TurnFailed,
 )
-from agent_server.controller.events import EventHook, WalkEvent, WalkPhase, emit
-from agent_server.controller.pool_file import Pool, PoolCredential
-from agent_server.controller.pool_state import (
+from agent_server.controller.events import Announcer, WalkPhase
+from agent_server.controller.pool.file import Pool, PoolCredential
+from agent_server.controller.pool.rungs import PoolView, Rung, TurnContext, plan_rungs
+from agent_server.controller.pool.standing import earliest_reset
+from agent_server.controller.pool.state import (
     FAILURE_KINDS,
     Assignment,
     Failure,
@@ -47,10 +42,9 @@ from agent_server.controller.pool_state import (
     Reading,
     ScheduledRetry,
 )
-from agent_server.controller.rungs import PoolView, Rung, TurnContext, plan_rungs
-from agent_server.controller.standing import earliest_reset
-from agent_server.controller.store import PoolStore
-from agent_server.controller.walk_result import Attempt, WalkOutcome, WalkResult, WalkTurn
+from agent_server.controller.result import Attempt, WalkOutcome, WalkResult
+from agent_server.controller.stores.base import PoolStore
+from agent_server.controller.turn import WalkTurn
 from agent_server.wire.turns import ParallelTaskRequest, TurnMetadata, TurnResponse
 
 FLOOR_S = 30.0
@@ -67,86 +61,31 @@ _SWITCH_KINDS: dict[str, FailureKind] = {kind: kind for kind in FAILURE_KINDS}
 """The error codes a credential is blamed for, as the failure kinds they are kept as."""
 
 
-class Walker:
-    """Runs turns of a pool's agents through the walk (module docstring)."""
+class Walk:
+    """One turn's walk: its tried set, its trail, and the snapshot it decides on. It is
+    handed the agent's client and everything else it works with (`Walker.walk`)."""
 
     def __init__(
         self,
+        turn: WalkTurn,
+        *,
         client: AgentClient,
         store: PoolStore,
         pool: Pool,
-        *,
-        clock: Clock = utc_now,
-        hook: EventHook | None = None,
-        monotonic: Callable[[], float] = time.monotonic,
+        assignments: Assignments,
+        announce: Announcer,
+        monotonic: Callable[[], float],
     ) -> None:
+        self.turn = turn
         self.client = client
         self.store = store
         self.pool = pool
-        self.clock = clock
-        self.hook = hook
+        self.assignments = assignments
+        self.announce = announce
+        self.clock = announce.clock
         self.monotonic = monotonic
-
-    def _emit(
-        self,
-        phase: WalkPhase,
-        agent: str,
-        credential_id: str | None = None,
-        *,
-        error_code: str | None = None,
-        resets_at: datetime | None = None,
-        note: str | None = None,
-    ) -> None:
-        event = WalkEvent(phase, agent, self.clock(), credential_id, error_code, resets_at, note)
-        emit(self.hook, event)
-
-    async def _assign_first(self, agent: str) -> Assignment:
-        """Assign the pool's first subscription to an agent that has none; the one a peer
-        made meanwhile when it lost the compare-and-set."""
-        first = self.pool.subscriptions[0].id
-        made = await self.store.compare_and_set_assignment(
-            agent, first, expected_generation=None, at=self.clock()
-        )
-        current = made or await self.store.assignment(agent)
-        if current is None:
-            msg = f"the assignment of {agent} vanished while it was made"
-            raise StoreError(msg)
-        return current
-
-    async def assign(self, agent: str, credential_id: str) -> Assignment:
-        """Assign a subscription by hand: it supersedes a retry the agent waits for."""
-        credential = self.pool.get(credential_id)
-        if credential is None or credential.kind != "subscription":
-            msg = f"{credential_id!r} is no subscription of the pool"
-            raise PoolFileError(msg)
-        while True:
-            current = await self.store.assignment(agent)
-            expected = current.generation if current else None
-            made = await self.store.compare_and_set_assignment(
-                agent, credential_id, expected_generation=expected, at=self.clock()
-            )
-            if made is not None:
-                break
-        await self.client.reload_token(credential.secret, remove_api_key=True)
-        self._emit(WalkPhase.ASSIGNED, agent, credential_id=credential_id)
-        waiting = (await self.store.snapshot()).retries.get(agent)
-        if waiting is not None and await self.store.take_retry(agent, waiting.retry_id):
-            self._emit(WalkPhase.SUPERSEDED, agent, note="a manual assignment")
-        return made
-
-    async def walk(self, turn: WalkTurn) -> WalkResult:
-        """Run `turn` through the ladder; never raises for a credential's refusal."""
-        return await _Walk(self, turn).run()
-
-
-class _Walk:
-    """One turn's walk: its tried set, its trail, and the snapshot it decides on."""
-
-    def __init__(self, walker: Walker, turn: WalkTurn) -> None:
-        self.w = walker
-        self.turn = turn
         self.execution_id = turn.execution_id or f"walk-{uuid.uuid4().hex[:16]}"
-        self.deadline = walker.monotonic() + turn.timeout_s
+        self.deadline = monotonic() + turn.timeout_s
         self.tried: set[str] = set()
         self.trail: list[Attempt] = []
         self.snapshot = PoolSnapshot()
@@ -154,23 +93,24 @@ class _Walk:
         self.legacy = False
 
     async def run(self) -> WalkResult:
+        """Climb the ladder until a credential serves, none is left, or time runs out."""
         agent = self.turn.agent
-        self.snapshot = await self.w.store.snapshot()
+        self.snapshot = await self.store.snapshot()
         self.assignment = self.snapshot.assignments.get(agent)
         if self.assignment is None:  # its first walk: the snapshot just said it has none
-            self.assignment = await self.w._assign_first(agent)
+            self.assignment = await self.assignments.first(agent, self.pool.subscriptions[0].id)
             self.snapshot = self.snapshot.with_assignment(self.assignment)
-        self.w._emit(WalkPhase.STARTED, agent, credential_id=self.assignment.credential_id)
-        limit = len(self.w.pool.credentials) + EXTRA_RUNGS
+        self.announce(WalkPhase.STARTED, agent, credential_id=self.assignment.credential_id)
+        limit = len(self.pool.credentials) + EXTRA_RUNGS
         while len(self.trail) < limit:
             rungs = plan_rungs(self._view(), self._context())
             if not rungs:
                 break
-            remaining = self.deadline - self.w.monotonic()
+            remaining = self.deadline - self.monotonic()
             if remaining < FLOOR_S + SETTLE_S:
                 return self._result("out_of_time")
             rung = rungs[0]
-            self.w._emit(
+            self.announce(
                 WalkPhase.CANDIDATE_SELECTED,
                 agent,
                 credential_id=rung.credential_id,
@@ -183,16 +123,14 @@ class _Walk:
 
     def _view(self) -> PoolView:
         agent = self.turn.agent
-        allowed = agent not in self.w.pool.api_key_opt_outs
-        return PoolView.of(self.w.pool.infos, self.snapshot, agent, api_key_allowed=allowed)
+        allowed = agent not in self.pool.api_key_opt_outs
+        return PoolView.of(self.pool.infos, self.snapshot, agent, api_key_allowed=allowed)
 
     def _context(self) -> TurnContext:
-        return TurnContext(
-            self.w.clock(), self.turn.interactive, frozenset(self.tried), self.legacy
-        )
+        return TurnContext(self.clock(), self.turn.interactive, frozenset(self.tried), self.legacy)
 
     def _credential(self, credential_id: str) -> PoolCredential:
-        credential = self.w.pool.get(credential_id)
+        credential = self.pool.get(credential_id)
         if credential is None:  # the planner only offers the pool's own
             msg = f"{credential_id!r} is not in the pool"
             raise PoolFileError(msg)
@@ -208,7 +146,7 @@ class _Walk:
             system_prompt=self.turn.system_prompt,
             auth_override=self._credential(rung.credential_id).override() if rung else None,
         )
-        reply = await self.w.client.task(request)
+        reply = await self.client.task(request)
         if not isinstance(reply, TurnReply):  # the walk never asks for async_result
             msg = "the server answered a synchronous turn 202"
             raise ProtocolError(msg)
@@ -238,15 +176,15 @@ class _Walk:
         agent = self.turn.agent
         await self._record(self._reading(rung.credential_id, reply.answer.metadata), None)
         self.trail.append(Attempt(rung.credential_id, rung.kind, 200, None))
-        self.w._emit(WalkPhase.SERVED, agent, credential_id=rung.credential_id)
+        self.announce(WalkPhase.SERVED, agent, credential_id=rung.credential_id)
         if self.legacy:
             pass  # the commit came before the turn was sent again
         elif rung.kind == "gateway":
-            await self.w.store.set_gateway_until(agent, self.w.clock() + GATEWAY_COOLDOWN)
+            await self.store.set_gateway_until(agent, self.clock() + GATEWAY_COOLDOWN)
         elif rung.kind == "subscription":
             if agent in self.snapshot.gateway_until:
-                await self.w.store.set_gateway_until(agent, None)
-                self.w._emit(WalkPhase.SWITCHED_BACK, agent, credential_id=rung.credential_id)
+                await self.store.set_gateway_until(agent, None)
+                self.announce(WalkPhase.SWITCHED_BACK, agent, credential_id=rung.credential_id)
             if self.assignment is None or rung.credential_id != self.assignment.credential_id:
                 committed = await self._commit(rung.credential_id, reply.answer.metadata.generation)
         return self._result(
@@ -264,12 +202,12 @@ class _Walk:
         kind = _SWITCH_KINDS.get(error.error_code)
         switch = isinstance(error, CredentialRefused) and kind is not None
         failure = (
-            Failure(rung.credential_id, kind, self.w.clock(), resets_at, agent)
+            Failure(rung.credential_id, kind, self.clock(), resets_at, agent)
             if switch and kind is not None
             else None
         )
         await self._record(self._reading(rung.credential_id, metadata), failure)
-        self.w._emit(
+        self.announce(
             WalkPhase.ATTEMPT_FAILED,
             agent,
             credential_id=rung.credential_id,
@@ -282,7 +220,7 @@ class _Walk:
         """An old server ignored the override: the failure is its own credential's. One
         subscription is applied with reload-token, and the turn is sent once more."""
         self.legacy = True
-        held = self.assignment.credential_id if self.assignment else self.w.pool.subscriptions[0].id
+        held = self.assignment.credential_id if self.assignment else self.pool.subscriptions[0].id
         self.tried = {held}
         ended = await self._refused(Rung(held, "subscription", "assigned"), error)
         if ended is not None:
@@ -292,7 +230,7 @@ class _Walk:
             return await self._wait_for_capacity()
         rung = rungs[0]
         self.tried.add(rung.credential_id)
-        self.w._emit(
+        self.announce(
             WalkPhase.CANDIDATE_SELECTED,
             self.turn.agent,
             credential_id=rung.credential_id,
@@ -311,37 +249,28 @@ class _Walk:
 
     async def _commit(self, credential_id: str, server_generation: int | None) -> bool:
         """Make `credential_id` the assignment: the store's CAS first, then the server's."""
-        agent = self.turn.agent
-        expected = self.assignment.generation if self.assignment else None
-        made = await self.w.store.compare_and_set_assignment(
-            agent, credential_id, expected_generation=expected, at=self.w.clock()
+        made = await self.assignments.commit(
+            self.client,
+            self.turn.agent,
+            self._credential(credential_id),
+            expected_generation=self.assignment.generation if self.assignment else None,
+            server_generation=server_generation,
         )
         if made is None:
-            self.w._emit(WalkPhase.COMMIT_LOST, agent, credential_id=credential_id)
             return False
         self.assignment = made
-        note = None
-        try:
-            await self.w.client.reload_token(
-                self._credential(credential_id).secret,
-                remove_api_key=True,
-                expected_generation=server_generation,
-            )
-        except GenerationMismatch:
-            note = "the server's credential changed meanwhile: it was left as it is"
-        self.w._emit(WalkPhase.COMMITTED, agent, credential_id=credential_id, note=note)
         return True
 
     def _reading(self, credential_id: str, metadata: TurnMetadata | None) -> Reading | None:
         if metadata is None or metadata.rate_limit is None:
             return None
-        return Reading.of(credential_id, self.w.clock(), metadata.rate_limit)
+        return Reading.of(credential_id, self.clock(), metadata.rate_limit)
 
     async def _record(self, reading: Reading | None, failure: Failure | None) -> None:
         """What one answer said of its credential: in the store (one write) and the snapshot."""
         if reading is None and failure is None:
             return
-        await self.w.store.record(reading=reading, failure=failure)
+        await self.store.record(reading=reading, failure=failure)
         if reading is not None:
             self.snapshot = self.snapshot.with_reading(reading)
         if failure is not None:
@@ -349,7 +278,7 @@ class _Walk:
 
     async def _wait_for_capacity(self) -> WalkResult:
         """Every credential is exhausted: one retry at the earliest known reset."""
-        agent, now = self.turn.agent, self.w.clock()
+        agent, now = self.turn.agent, self.clock()
         reset = earliest_reset(list(self._view().standings), now)
         retry = ScheduledRetry(
             agent=agent,
@@ -359,9 +288,9 @@ class _Walk:
             turn_ref=self.execution_id,
             scheduled_at=now,
         )
-        await self.w.store.schedule_retry(retry)
+        await self.store.schedule_retry(retry)
         result = self._result("waiting_for_capacity", earliest_reset=reset, retry=retry)
-        self.w._emit(
+        self.announce(
             WalkPhase.WAITING_FOR_CAPACITY, agent, resets_at=retry.due_at, note=result.trail_text()
         )
         return result

@@ -16,10 +16,10 @@ from pydantic import SecretStr
 from agent_server.controller.client import AgentClient
 from agent_server.controller.clock import utc_now
 from agent_server.controller.events import WalkEvent
-from agent_server.controller.pool_file import Pool, parse_pool
-from agent_server.controller.store import PoolStore, open_store
-from agent_server.controller.walk import Walker
-from agent_server.controller.walk_result import WalkResult
+from agent_server.controller.pool.file import Pool, parse_pool
+from agent_server.controller.result import WalkResult
+from agent_server.controller.stores.base import PoolStore, open_store
+from agent_server.controller.walker import Walker
 from tests.conftest import SecretRegistry
 from tests.e2e.conftest import TurnServers
 from tests.support.messages_api import QUIET_CLI, MessagesApiStandIn, require_real_cli
@@ -89,7 +89,8 @@ async def walking(
     client = AgentClient(base_url, SecretStr(CONTROLLER_TOKEN))
     try:
         await store.register_credentials(pool.infos)
-        yield Walker(client, store, pool, clock=clock, hook=events.append), store
+        # One server answers for every agent name these tests walk.
+        yield Walker(lambda _agent: client, store, pool, clock=clock, hook=events.append), store
     finally:
         await client.aclose()
         await store.close()

@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 from types import MappingProxyType
 from typing import NamedTuple
 
-from agent_server.controller.pool_state import (
+from agent_server.controller.pool.state import (
     CredentialInfo,
     Failure,
     FailureKind,

@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 
 from agent_server.controller.errors import StoreError
-from agent_server.controller.pool_state import (
+from agent_server.controller.pool.state import (
     CredentialInfo,
     Failure,
     Reading,
     ScheduledRetry,
     WindowUse,
 )
-from agent_server.controller.store import PoolStore, default_store_url, open_store
+from agent_server.controller.stores.base import PoolStore, default_store_url, open_store
 from tests.support.redis_server import (  # noqa: F401 - fixtures
     redis_server,
     store_url_fixture,

@@ -22,17 +22,8 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from agent_server.controller.clock import from_micros, to_micros
-from agent_server.controller.codec import (
-    decode_failures,
-    decode_reading,
-    decode_retry,
-    encode_failure,
-    encode_reading,
-    encode_retry,
-    micros,
-)
 from agent_server.controller.errors import StoreError
-from agent_server.controller.pool_state import (
+from agent_server.controller.pool.state import (
     CREDENTIAL_KINDS,
     Assignment,
     CredentialInfo,
@@ -41,6 +32,15 @@ from agent_server.controller.pool_state import (
     PoolSnapshot,
     Reading,
     ScheduledRetry,
+)
+from agent_server.controller.stores.codec import (
+    decode_failures,
+    decode_reading,
+    decode_retry,
+    encode_failure,
+    encode_reading,
+    encode_retry,
+    micros,
 )
 
 T = TypeVar("T")

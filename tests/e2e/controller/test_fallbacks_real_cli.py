@@ -15,8 +15,8 @@ import pytest
 
 from agent_server.controller.clock import utc_now
 from agent_server.controller.events import WalkEvent, WalkPhase
-from agent_server.controller.store import open_store
-from agent_server.controller.walk_result import WalkTurn
+from agent_server.controller.stores.base import open_store
+from agent_server.controller.turn import WalkTurn
 from tests.e2e.conftest import TurnServers
 from tests.support.legacy_proxy import LegacyProxy
 from tests.support.messages_api import GATEWAY_PREFIX, MessagesApiStandIn, Scenario, fingerprint

@@ -11,8 +11,8 @@ import pytest
 
 from agent_server.__main__ import main
 from agent_server.controller.clock import utc_now
-from agent_server.controller.pool_state import Failure, Reading, WindowUse
-from agent_server.controller.store import open_store
+from agent_server.controller.pool.state import Failure, Reading, WindowUse
+from agent_server.controller.stores.base import open_store
 
 POOL = (
     '[[credential]]\nid = "a"\nkind = "subscription"\nsecret_env = "CLI_A"\n'

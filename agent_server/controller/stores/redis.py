@@ -18,17 +18,8 @@ import redis.asyncio as redis
 from redis.exceptions import RedisError
 
 from agent_server.controller.clock import from_micros, to_micros
-from agent_server.controller.codec import (
-    decode_assignment,
-    decode_failures,
-    decode_reading,
-    decode_retry,
-    encode_failure,
-    encode_reading,
-    encode_retry,
-)
 from agent_server.controller.errors import StoreError
-from agent_server.controller.pool_state import (
+from agent_server.controller.pool.state import (
     CREDENTIAL_KINDS,
     Assignment,
     CredentialInfo,
@@ -36,6 +27,15 @@ from agent_server.controller.pool_state import (
     PoolSnapshot,
     Reading,
     ScheduledRetry,
+)
+from agent_server.controller.stores.codec import (
+    decode_assignment,
+    decode_failures,
+    decode_reading,
+    decode_retry,
+    encode_failure,
+    encode_reading,
+    encode_retry,
 )
 
 PREFIX = "agent-server:pool:"

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Protocol
 
 from agent_server.controller.errors import StoreError
-from agent_server.controller.pool_state import (
+from agent_server.controller.pool.state import (
     Assignment,
     CredentialInfo,
     Failure,
@@ -90,11 +90,11 @@ def default_store_url(environ: Mapping[str, str] | None = None) -> str:
 async def open_store(url: str) -> PoolStore:
     """The store a URL names: `sqlite:///PATH` or `redis://HOST:PORT/DB`."""
     if url.startswith(SQLITE_PREFIX):
-        from agent_server.controller.sqlite_store import SqliteStore
+        from agent_server.controller.stores.sqlite import SqliteStore
 
         return await SqliteStore.open(Path(url.removeprefix(SQLITE_PREFIX)))
     if url.startswith(REDIS_PREFIXES):
-        from agent_server.controller.redis_store import RedisStore
+        from agent_server.controller.stores.redis import RedisStore
 
         return await RedisStore.open(url)
     msg = "store URL must be sqlite:///PATH or redis://HOST:PORT/DB"

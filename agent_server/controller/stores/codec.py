@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any, cast
 
 from agent_server.controller.clock import from_micros, to_micros
-from agent_server.controller.pool_state import (
+from agent_server.controller.pool.state import (
     FAILURE_KINDS,
     Assignment,
     Failure,

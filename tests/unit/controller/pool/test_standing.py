@@ -6,8 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from agent_server.controller.pool_state import CredentialInfo, Failure, Reading, WindowUse
-from agent_server.controller.standing import (
+from agent_server.controller.pool.standing import (
     Standing,
     earliest_reset,
     failed_recently,
@@ -17,6 +16,7 @@ from agent_server.controller.standing import (
     refused_recently,
     throttled,
 )
+from agent_server.controller.pool.state import CredentialInfo, Failure, Reading, WindowUse
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 MIN = timedelta(minutes=1)

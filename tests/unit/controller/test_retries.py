@@ -8,9 +8,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from agent_server.controller.events import WalkEvent, WalkPhase
-from agent_server.controller.pool_state import ScheduledRetry
+from agent_server.controller.pool.state import ScheduledRetry
 from agent_server.controller.retries import RetryScheduler
-from agent_server.controller.store import open_store
+from agent_server.controller.stores.base import open_store
 from tests.support.redis_server import (  # noqa: F401 - fixtures
     redis_server,
     store_url_fixture,

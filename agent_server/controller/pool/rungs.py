@@ -26,15 +26,7 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Literal, NamedTuple
 
-from agent_server.controller.pool_state import (
-    Assignment,
-    CredentialInfo,
-    CredentialKind,
-    Failure,
-    FailureKind,
-    PoolSnapshot,
-)
-from agent_server.controller.standing import (
+from agent_server.controller.pool.standing import (
     LAST_RESORT_AGE,
     Standing,
     failed_recently,
@@ -42,6 +34,14 @@ from agent_server.controller.standing import (
     headroom_key,
     refused_recently,
     throttled,
+)
+from agent_server.controller.pool.state import (
+    Assignment,
+    CredentialInfo,
+    CredentialKind,
+    Failure,
+    FailureKind,
+    PoolSnapshot,
 )
 
 RungReason = Literal["assigned", "headroom", "last_resort", "api_key", "gateway"]

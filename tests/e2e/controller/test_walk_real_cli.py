@@ -14,10 +14,10 @@ import pytest
 
 from agent_server.controller.clock import utc_now
 from agent_server.controller.events import WalkEvent, WalkPhase
-from agent_server.controller.pool_state import Failure, ScheduledRetry
+from agent_server.controller.pool.state import Failure, ScheduledRetry
 from agent_server.controller.retries import RetryScheduler
-from agent_server.controller.store import open_store
-from agent_server.controller.walk_result import WalkTurn
+from agent_server.controller.stores.base import open_store
+from agent_server.controller.turn import WalkTurn
 from tests.support.messages_api import Headroom, MessagesApiStandIn, fingerprint
 from tests.support.server import ServerProcess
 from tests.support.walk_harness import (  # noqa: F401 - the *_fixture names are fixtures

@@ -7,7 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from agent_server.controller.pool_state import (
+from agent_server.controller.pool.rungs import PoolView, TurnContext, plan_rungs
+from agent_server.controller.pool.state import (
     Assignment,
     CredentialInfo,
     Failure,
@@ -15,7 +16,6 @@ from agent_server.controller.pool_state import (
     Reading,
     WindowUse,
 )
-from agent_server.controller.rungs import PoolView, TurnContext, plan_rungs
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 MIN = timedelta(minutes=1)

@@ -7,9 +7,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from agent_server.controller.pool_state import CredentialInfo, Failure, PoolSnapshot
-from agent_server.controller.rungs import PoolView
-from agent_server.controller.standing import (
+from agent_server.controller.pool.rungs import PoolView
+from agent_server.controller.pool.standing import (
     USABLE_READING,
     Standing,
     blocking_reset,
@@ -19,6 +18,7 @@ from agent_server.controller.standing import (
     throttled,
     window_use,
 )
+from agent_server.controller.pool.state import CredentialInfo, Failure, PoolSnapshot
 from agent_server.wire.instants import format_instant
 
 CredentialState = Literal["available", "throttled", "failed"]
