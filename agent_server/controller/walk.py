@@ -41,6 +41,7 @@ from agent_server.controller.pool.state import (
     PoolSnapshot,
     Reading,
     ScheduledRetry,
+    bounded_reset,
 )
 from agent_server.controller.result import Attempt, WalkOutcome, WalkResult
 from agent_server.controller.stores.base import PoolStore
@@ -194,7 +195,11 @@ class Walk:
     async def _refused(self, rung: Rung, error: AgentError) -> WalkResult | None:
         """A failed attempt: recorded against `rung`; the walk goes on only on a switch."""
         agent = self.turn.agent
-        resets_at = error.resets_at if isinstance(error, TurnFailed) else None
+        resets_at = (
+            bounded_reset(error.resets_at, error.detail.rate_limit_type, self.clock())
+            if isinstance(error, TurnFailed)
+            else None
+        )
         self.trail.append(
             Attempt(rung.credential_id, rung.kind, error.status, error.error_code, resets_at)
         )

@@ -13,7 +13,9 @@
    agent, it goes first for that agent until its cooldown ends; then the ladder
    probes the subscriptions again.
 
-A legacy server (one that ignores overrides) gets subscriptions only. A credential in
+A credential behind a wall (refused with a known reset still ahead, `standing.walled`)
+is on no rung at all until the reset. A legacy server (one that ignores overrides)
+gets subscriptions only. A credential in
 `tried` is never planned again, so every rung grows the tried set.
 """
 
@@ -34,6 +36,7 @@ from agent_server.controller.pool.standing import (
     headroom_key,
     refused_recently,
     throttled,
+    walled,
 )
 from agent_server.controller.pool.state import (
     Assignment,
@@ -111,7 +114,7 @@ def plan_rungs(view: PoolView, turn: TurnContext) -> list[Rung]:
     key = gateway = None
     for standing in view.standings:  # one pass: a pool may hold a thousand credentials
         ident, kind = standing.info
-        if ident in tried:
+        if ident in tried or walled(standing, now) is not None:
             continue
         if kind == "api_key":
             key = key or standing

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Literal, NamedTuple, get_args
 
 from agent_server.wire.instants import parse_instant
@@ -20,6 +20,26 @@ CREDENTIAL_KINDS: tuple[CredentialKind, ...] = get_args(CredentialKind)
 FailureKind = Literal["rate_limit", "auth", "billing"]
 """The failures a credential is blamed for: the three that ask for another credential."""
 FAILURE_KINDS: tuple[FailureKind, ...] = get_args(FailureKind)
+
+
+WINDOW_LENGTHS: Mapping[str, timedelta] = {
+    "five_hour": timedelta(hours=5),
+    "seven_day": timedelta(days=7),
+    "seven_day_opus": timedelta(days=7),
+    "seven_day_sonnet": timedelta(days=7),
+}
+"""How long each provider window is: a reset is never further away than its window."""
+LONGEST_WINDOW = timedelta(days=7)
+"""The bound of a reset whose window is not named (or not known)."""
+
+
+def bounded_reset(resets_at: datetime | None, window: str | None, at: datetime) -> datetime | None:
+    """`resets_at`, no later than one `window` length after `at`: the server's reset comes
+    from what the CLI printed, and the agent can print anything; it must not park a
+    credential past its window."""
+    if resets_at is None:
+        return None
+    return min(resets_at, at + WINDOW_LENGTHS.get(window or "", LONGEST_WINDOW))
 
 
 class CredentialInfo(NamedTuple):
@@ -78,16 +98,17 @@ class Reading:
             credential_id=credential_id,
             at=at,
             status=wire.status,
-            resets_at=parse_instant(wire.resets_at),
-            five_hour=_window(wire.five_hour),
-            seven_day=_window(wire.seven_day),
+            resets_at=bounded_reset(parse_instant(wire.resets_at), wire.rate_limit_type, at),
+            five_hour=_window(wire.five_hour, "five_hour", at),
+            seven_day=_window(wire.seven_day, "seven_day", at),
         )
 
 
-def _window(wire: RateLimitWindow | None) -> WindowUse | None:
+def _window(wire: RateLimitWindow | None, name: str, at: datetime) -> WindowUse | None:
     if wire is None:
         return None
-    return WindowUse(wire.utilization, parse_instant(wire.resets_at), wire.status)
+    resets_at = bounded_reset(parse_instant(wire.resets_at), name, at)
+    return WindowUse(wire.utilization, resets_at, wire.status)
 
 
 @dataclass(frozen=True)

@@ -209,3 +209,43 @@ async def test_a_turn_of_an_agent_without_a_client_raises(store: PoolStore) -> N
         await walker.walk(WalkTurn("agent-9", "hi"))
     callable_walker = Walker(lambda name: MockAgent({}).client(), store, POOL)
     assert (await callable_walker.walk(WalkTurn("agent-9", "hi"))).outcome == "served"
+
+
+async def test_a_wall_days_high_is_sent_no_turn_before_it_falls(store: PoolStore) -> None:
+    """b refused with a reset 3 days out: hours later (past the skip window and the
+    last-resort age) no turn, autonomous or interactive, is sent to b; after the reset
+    one is."""
+    server = MockAgent({B: Verdict("rate_limit", NOW + timedelta(days=3))})
+    await _assign(store, "agent-1", "b")
+    clock = [NOW]
+    walker = Walker({"agent-1": server.client()}, store, POOL, clock=lambda: clock[0])
+    await walker.walk(WalkTurn("agent-1", "first"))
+    assert server.ran() == [B, A]
+    await _assign_again(store, "agent-1", "b")
+    for hours in (1, 3, 30, 71):
+        clock[0] = NOW + timedelta(hours=hours)
+        await walker.walk(WalkTurn("agent-1", "later", interactive=hours == 30))
+    assert B not in server.ran()[2:]
+    server.verdicts.clear()
+    clock[0] = NOW + timedelta(days=3, minutes=1)
+    await _assign_again(store, "agent-1", "b")
+    await walker.walk(WalkTurn("agent-1", "after the reset"))
+    assert server.ran()[-1] == B
+
+
+async def test_a_reset_past_its_window_is_bounded_by_the_window(store: PoolStore) -> None:
+    """A five-hour window said to reset in a year (what the agent printed) is kept as at
+    most five hours ahead."""
+    server = MockAgent({A: Verdict("rate_limit", NOW + timedelta(days=365))})
+    await _assign(store, "agent-1", "a")
+    result = await _walker(store, {"agent-1": server}, []).walk(WalkTurn("agent-1", "hi"))
+    assert result.trail[0].resets_at == NOW + timedelta(hours=5)
+    failure = (await store.snapshot()).failures["a"]["rate_limit"]
+    assert failure.resets_at == NOW + timedelta(hours=5)
+
+
+async def _assign_again(store: PoolStore, agent: str, credential_id: str) -> None:
+    current = await store.assignment(agent)
+    await store.compare_and_set_assignment(
+        agent, credential_id, expected_generation=current.generation if current else None, at=NOW
+    )

@@ -106,8 +106,36 @@ CASES = [
     ),
     pytest.param(
         Case(failures=(failed("a", "rate_limit", 5, reset_in=60),), interactive=True),
+        ["b:headroom", "c:headroom", "key:api_key", "gw:gateway"],
+        id="interactive: an assignment behind a known reset is no last resort either",
+    ),
+    pytest.param(
+        Case(failures=(failed("a", "rate_limit", 5),), interactive=True),
         ["b:headroom", "c:headroom", "a:last_resort", "key:api_key", "gw:gateway"],
-        id="interactive: the rate-limited assignment is a last resort",
+        id="interactive: a rate limit with no reset known is a last resort",
+    ),
+    pytest.param(
+        Case(failures=(failed("b", "rate_limit", 3 * 60, reset_in=10 * 24 * 60),)),
+        ["a:assigned", "c:headroom", "key:api_key", "gw:gateway"],
+        id="a wall 10 days high is remembered past the skip window",
+    ),
+    pytest.param(
+        Case(failures=(failed("b", "rate_limit", 40, reset_in=10 * 24 * 60),), interactive=True),
+        ["a:assigned", "c:headroom", "key:api_key", "gw:gateway"],
+        id="a walled credential is no last resort, however old its failure",
+    ),
+    pytest.param(
+        Case(
+            failures=(failed("b", "rate_limit", 40, reset_in=10 * 24 * 60),),
+            readings=(measured("b", 0.2, minutes_ago=1),),
+        ),
+        ["a:assigned", "b:headroom", "c:headroom", "key:api_key", "gw:gateway"],
+        id="a fresh reading that serves, taken after the refusal, brings the wall down",
+    ),
+    pytest.param(
+        Case(failures=(failed("key", "rate_limit", 10, reset_in=60),)),
+        ["a:assigned", "b:headroom", "c:headroom", "gw:gateway"],
+        id="a key behind a known reset is not offered past its 5-minute refusal window",
     ),
     pytest.param(
         Case(readings=(measured("a", 1.0, status="rejected"),)),

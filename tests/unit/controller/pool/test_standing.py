@@ -190,7 +190,8 @@ def test_fullness(last: Reading | None, expected: float | None) -> None:
 
 
 def test_headroom_ranks_bands_then_agents_then_name() -> None:
-    """10-point bands, measured before unmeasured, then fewest agents, then the id."""
+    """Measured with room, then unmeasured, then full (at or over 100%); 10-point bands,
+    then fewest agents, then the id."""
 
     def ranked(name: str, five: float | None, agents: int) -> Standing:
         last = reading(ago(1), five=five) if five is not None else None
@@ -205,7 +206,7 @@ def test_headroom_ranks_bands_then_agents_then_name() -> None:
         ranked("full", 1.0, 0),
     ]
     order = [s.info.id for s in sorted(pool, key=lambda s: headroom_key(s, NOW))]
-    assert order == ["b-19-idle", "c-12-idle", "a-15-busy", "b-91", "full", "unmeasured"]
+    assert order == ["b-19-idle", "c-12-idle", "a-15-busy", "b-91", "unmeasured", "full"]
 
 
 @pytest.mark.parametrize(
