@@ -32,6 +32,8 @@ class WalkPhase(StrEnum):
     SUPERSEDED = "superseded"
     SWITCHED_BACK = "switched_back"
     ASSIGNED = "assigned"
+    UNATTRIBUTED = "unattributed"
+    """The server ran a credential the pool does not know: nothing was blamed."""
 
 
 @dataclass(frozen=True)

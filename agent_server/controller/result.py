@@ -22,8 +22,9 @@ out_of_time: the turn's remaining time no longer covers another attempt."""
 class Attempt:
     """One rung tried: the credential it was sent with, and how it ended."""
 
-    credential_id: str
-    kind: CredentialKind
+    credential_id: str | None
+    """None: the server ran a credential the pool does not know (nobody is blamed)."""
+    kind: CredentialKind | None
     status: int
     error_code: str | None
     """None: it served."""
@@ -41,9 +42,8 @@ class Attempt:
 
     def label(self) -> str:
         """`A (rate limit)`, `platform API key (billing)`: one step of the trail's text."""
-        name = {"api_key": "platform API key", "gateway": f"gateway {self.credential_id}"}.get(
-            self.kind, self.credential_id
-        )
+        names = {"api_key": "platform API key", "gateway": f"gateway {self.credential_id}"}
+        name = names.get(self.kind or "", self.credential_id or "the server's own credential")
         said = "served" if self.error_code is None else self.error_code.replace("_", " ")
         return f"{name} ({said})"
 

@@ -161,73 +161,94 @@ class Walk:
         except CredentialRefused as refused:
             if refused.auth_override is None and not self.legacy:
                 return await self._legacy(refused, timeout_s)
-            return await self._refused(rung, refused)
+            return await self._refused(self._ran_on(rung, _metadata(refused)), refused)
         except AgentError as error:
-            return await self._refused(rung, error)
+            return await self._refused(self._ran_on(rung, _metadata(error)), error)
         if reply.auth_override is None:
-            # An old server ran its own credential, which is the assignment it holds.
+            # An old server ran its own credential: whichever its fingerprint names.
             self.legacy = True
-            held = self.assignment.credential_id if self.assignment else rung.credential_id
-            return await self._served(Rung(held, "subscription", "assigned"), reply)
-        return await self._served(rung, reply)
+            return await self._served(self._ran_on(None, reply.answer.metadata), reply)
+        return await self._served(self._ran_on(rung, reply.answer.metadata), reply)
 
-    async def _served(self, rung: Rung, reply: TurnReply, *, committed: bool = False) -> WalkResult:
+    def _ran_on(self, sent: Rung | None, metadata: TurnMetadata | None) -> Rung | None:
+        """The credential the server says it ran: the one its fingerprint names; the one
+        sent, when the server applied it and names none; None when no credential of the
+        pool can be named (nobody is blamed, and an event says so)."""
+        said = metadata.fingerprint if metadata is not None else None
+        if said is None:
+            ran = sent
+        else:
+            known = self.pool.by_fingerprint(said)
+            same = sent is not None and known is not None and known.id == sent.credential_id
+            ran = sent if same else (Rung(known.id, known.kind, "assigned") if known else None)
+        if ran is None:
+            note = f"the server ran a credential the pool does not know ({said or 'unnamed'})"
+            self.announce(WalkPhase.UNATTRIBUTED, self.turn.agent, note=note)
+        return ran
+
+    async def _served(
+        self, ran: Rung | None, reply: TurnReply, *, committed: bool = False
+    ) -> WalkResult:
         """A served attempt: its reading kept; a new subscription committed; the gateway
         cooldown started, or ended when a subscription served again."""
         agent = self.turn.agent
-        await self._record(self._reading(rung.credential_id, reply.answer.metadata), None)
-        self.trail.append(Attempt(rung.credential_id, rung.kind, 200, None))
-        self.announce(WalkPhase.SERVED, agent, credential_id=rung.credential_id)
-        if self.legacy:
-            pass  # the commit came before the turn was sent again
-        elif rung.kind == "gateway":
+        served_by = ran.credential_id if ran is not None else None
+        if ran is not None:
+            await self._record(self._reading(ran.credential_id, reply.answer.metadata), None)
+        self.trail.append(Attempt(served_by, ran.kind if ran else None, 200, None))
+        self.announce(WalkPhase.SERVED, agent, credential_id=served_by)
+        if self.legacy or ran is None:
+            pass  # a legacy commit came before the turn was sent again
+        elif ran.kind == "gateway":
             await self.store.set_gateway_until(agent, self.clock() + GATEWAY_COOLDOWN)
-        elif rung.kind == "subscription":
+        elif ran.kind == "subscription":
             if agent in self.snapshot.gateway_until:
                 await self.store.set_gateway_until(agent, None)
-                self.announce(WalkPhase.SWITCHED_BACK, agent, credential_id=rung.credential_id)
-            if self.assignment is None or rung.credential_id != self.assignment.credential_id:
-                committed = await self._commit(rung.credential_id, reply.answer.metadata.generation)
-        return self._result(
-            "served", served_by=rung.credential_id, committed=committed, answer=reply.answer
-        )
+                self.announce(WalkPhase.SWITCHED_BACK, agent, credential_id=ran.credential_id)
+            if self.assignment is None or ran.credential_id != self.assignment.credential_id:
+                committed = await self._commit(ran.credential_id, reply.answer.metadata.generation)
+        return self._result("served", served_by=served_by, committed=committed, answer=reply.answer)
 
-    async def _refused(self, rung: Rung, error: AgentError) -> WalkResult | None:
-        """A failed attempt: recorded against `rung`; the walk goes on only on a switch."""
+    async def _refused(self, ran: Rung | None, error: AgentError) -> WalkResult | None:
+        """A failed attempt: recorded against the credential that ran (`ran`; nobody's
+        when None); the walk goes on only on a switch."""
         agent = self.turn.agent
+        ident = ran.credential_id if ran is not None else None
         resets_at = (
             bounded_reset(error.resets_at, error.detail.rate_limit_type, self.clock())
             if isinstance(error, TurnFailed)
             else None
         )
         self.trail.append(
-            Attempt(rung.credential_id, rung.kind, error.status, error.error_code, resets_at)
+            Attempt(ident, ran.kind if ran else None, error.status, error.error_code, resets_at)
         )
-        metadata = error.detail.metadata if isinstance(error, TurnFailed) else None
         kind = _SWITCH_KINDS.get(error.error_code)
         switch = isinstance(error, CredentialRefused) and kind is not None
-        failure = (
-            Failure(rung.credential_id, kind, self.clock(), resets_at, agent)
-            if switch and kind is not None
-            else None
-        )
-        await self._record(self._reading(rung.credential_id, metadata), failure)
+        if ident is not None:
+            failure = (
+                Failure(ident, kind, self.clock(), resets_at, agent)
+                if switch and kind is not None
+                else None
+            )
+            await self._record(self._reading(ident, _metadata(error)), failure)
         self.announce(
             WalkPhase.ATTEMPT_FAILED,
             agent,
-            credential_id=rung.credential_id,
+            credential_id=ident,
             error_code=error.error_code,
             resets_at=resets_at,
         )
         return None if switch else self._result("failed", error=error)
 
     async def _legacy(self, error: AgentError, timeout_s: float) -> WalkResult:
-        """An old server ignored the override: the failure is its own credential's. One
-        subscription is applied with reload-token, and the turn is sent once more."""
+        """An old server ignored the override: the failure is its own credential's (the one
+        its fingerprint names, or nobody's). One subscription is applied with
+        reload-token, and the turn is sent once more."""
         self.legacy = True
-        held = self.assignment.credential_id if self.assignment else self.pool.subscriptions[0].id
-        self.tried = {held}
-        ended = await self._refused(Rung(held, "subscription", "assigned"), error)
+        metadata = _metadata(error)
+        ran = self._ran_on(None, metadata)
+        self.tried = {ran.credential_id} if ran is not None else set()
+        ended = await self._refused(ran, error)
         if ended is not None:
             return ended
         rungs = plan_rungs(self._view(), self._context())
@@ -241,16 +262,17 @@ class Walk:
             credential_id=rung.credential_id,
             note="legacy",
         )
-        metadata = error.detail.metadata if isinstance(error, TurnFailed) else None
         committed = await self._commit(
             rung.credential_id, metadata.generation if metadata else None
         )
         try:
             reply = await self._send(None, timeout_s)
         except AgentError as again:
-            ended = await self._refused(rung, again)
+            ended = await self._refused(self._ran_on(rung, _metadata(again)), again)
             return ended if ended is not None else await self._wait_for_capacity()
-        return await self._served(rung, reply, committed=committed)
+        return await self._served(
+            self._ran_on(rung, reply.answer.metadata), reply, committed=committed
+        )
 
     async def _commit(self, credential_id: str, server_generation: int | None) -> bool:
         """Make `credential_id` the assignment: the store's CAS first, then the server's."""
@@ -325,3 +347,8 @@ class Walk:
             answer=answer,
             error=error,
         )
+
+
+def _metadata(error: AgentError) -> TurnMetadata | None:
+    """A failed turn's metadata (what ran, its reading); None for any other refusal."""
+    return error.detail.metadata if isinstance(error, TurnFailed) else None

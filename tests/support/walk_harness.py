@@ -105,7 +105,7 @@ async def walking(
         await store.close()
 
 
-def attempts(result: WalkResult) -> list[tuple[str, str | None]]:
+def attempts(result: WalkResult) -> list[tuple[str | None, str | None]]:
     return [(attempt.credential_id, attempt.error_code) for attempt in result.trail]
 
 

@@ -36,6 +36,7 @@ from pydantic import SecretStr
 
 from agent_server.controller.errors import PoolFileError
 from agent_server.controller.pool.state import CREDENTIAL_KINDS, CredentialInfo, CredentialKind
+from agent_server.wire.fingerprint import fingerprint
 from agent_server.wire.turns import AuthOverride, ProviderOverride
 from agent_server.wire.values import check_url, secret_problem
 
@@ -92,6 +93,14 @@ class Pool:
     def subscriptions(self) -> tuple[PoolCredential, ...]:
         """The subscriptions, in file order."""
         return tuple(c for c in self.credentials if c.kind == "subscription")
+
+    def by_fingerprint(self, said: str) -> PoolCredential | None:
+        """The credential whose secret has this fingerprint (what a server reports)."""
+        return self._fingerprints.get(said)
+
+    @cached_property
+    def _fingerprints(self) -> dict[str, PoolCredential]:
+        return {fingerprint(c.secret): c for c in self.credentials}
 
     @cached_property  # the walk reads it on every rung; a pool may hold a thousand
     def infos(self) -> tuple[CredentialInfo, ...]:

@@ -130,6 +130,34 @@ async def test_a_legacy_server_is_walked_once(
     assert_quiet(events, creds)
 
 
+async def test_a_legacy_servers_own_unknown_token_is_nobodys_fault(
+    module_turn_servers: TurnServers,
+    cli_env: dict[str, str],
+    api: MessagesApiStandIn,
+    creds: Credentials,
+    tmp_path: Path,
+) -> None:
+    """The old server holds a token the pool does not know, and it is refused: nobody is
+    blamed (the server's fingerprint names no credential of the pool; an `unattributed`
+    event says so), and the turn is served on the subscription applied next."""
+    stranger, a = creds.new("badauth"), creds.new("good")
+    server = module_turn_servers.start(**cli_env, CLAUDE_CODE_OAUTH_TOKEN=stranger)
+    pool = make_pool(("a", "subscription", a))
+    events: list[WalkEvent] = []
+    with LegacyProxy(server.base_url) as proxy:
+        async with walking(proxy.base_url, pool, f"sqlite:///{tmp_path}/p.db", events) as (
+            walker,
+            store,
+        ):
+            result = await walker.walk(WalkTurn("old-bot", "hi"))
+            failures = (await store.snapshot()).failures
+    assert attempts(result) == [(None, "auth"), ("a", None)]
+    assert result.served_by == "a"
+    assert failures == {}
+    assert WalkPhase.UNATTRIBUTED in [event.phase for event in events]
+    assert_quiet(events, creds)
+
+
 def test_two_controller_processes_racing_on_one_redis_leave_one_winner(
     agent: ServerProcess,
     creds: Credentials,

@@ -249,3 +249,32 @@ async def _assign_again(store: PoolStore, agent: str, credential_id: str) -> Non
     await store.compare_and_set_assignment(
         agent, credential_id, expected_generation=current.generation if current else None, at=NOW
     )
+
+
+async def test_a_legacy_servers_unknown_token_is_nobodys_fault(store: PoolStore) -> None:
+    """The old server holds a token the pool does not know and is refused: no credential
+    is blamed (an `unattributed` event says so); the best subscription is then applied
+    and the turn served on it, which the server's fingerprint names."""
+    stranger = "tsec-stranger-0123456789"
+    server = MockAgent({stranger: Verdict("auth")}, held=stranger, legacy=True)
+    await _assign(store, "agent-1", "a")
+    events: list[WalkEvent] = []
+    result = await _walker(store, {"agent-1": server}, events).walk(WalkTurn("agent-1", "hi"))
+    assert (await store.snapshot()).failures == {}
+    assert [(t.credential_id, t.error_code) for t in result.trail] == [(None, "auth"), ("a", None)]
+    assert result.trail_text() == "the server's own credential (auth) -> a (served)"
+    assert result.served_by == "a"
+    assert WalkPhase.UNATTRIBUTED in [event.phase for event in events]
+
+
+async def test_a_legacy_server_that_serves_an_unknown_token_names_nobody(
+    store: PoolStore,
+) -> None:
+    """Served on the old server's own unknown token: `served_by` is None, not a guess, and
+    nothing is committed."""
+    server = MockAgent({}, held="tsec-stranger-0123456789", legacy=True)
+    await _assign(store, "agent-1", "a")
+    result = await _walker(store, {"agent-1": server}, []).walk(WalkTurn("agent-1", "hi"))
+    assert result.outcome == "served"
+    assert (result.served_by, result.committed, result.legacy) == (None, False, True)
+    assert server.reloads == []
