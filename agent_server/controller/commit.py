@@ -5,11 +5,13 @@ compare-and-set, and the loser changes nothing, neither the store nor the server
 (`commit_lost`). The winner then reloads the agent's own server with
 `expected_generation`; if that server's credential changed meanwhile, the store keeps
 the commit and the server is left as it is (the walk sends an override on every turn).
+A new commit is stabilizing for a short window (warden's recovery).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from agent_server.controller.client import AgentClient
 from agent_server.controller.errors import GenerationMismatch, StoreError
@@ -17,6 +19,21 @@ from agent_server.controller.events import Announcer, WalkPhase
 from agent_server.controller.pool.file import PoolCredential
 from agent_server.controller.pool.state import Assignment
 from agent_server.controller.stores.base import PoolStore
+
+STABILIZE_S = 10.0
+"""How long a newly committed credential is stabilizing (warden's window), unless a turn
+that started after the commit is served on it first."""
+
+
+def stabilizing(
+    assignment: Assignment | None, credential_id: str, now: datetime, window: timedelta
+) -> bool:
+    """`credential_id` is the assignment, committed less than `window` ago: a refusal of
+    it now is an `immediate_hard_limit`."""
+    if assignment is None or assignment.credential_id != credential_id:
+        return False
+    # Generation 1 is an agent's first assignment, no commit: nothing to stabilize.
+    return assignment.generation > 1 and now - assignment.assigned_at < window
 
 
 @dataclass(frozen=True)

@@ -11,11 +11,12 @@ from agent_server.controller.pool.state import CredentialKind, ScheduledRetry
 from agent_server.wire.instants import format_instant
 from agent_server.wire.turns import TurnResponse
 
-WalkOutcome = Literal["served", "waiting_for_capacity", "failed", "out_of_time"]
+WalkOutcome = Literal["served", "waiting_for_capacity", "failed", "out_of_time", "stopped"]
 """served: a credential served the turn; waiting_for_capacity: every credential is
 exhausted and one retry is scheduled; failed: an answer no other credential would
 change (a model rejection, a timeout, an upstream fault, a refusal of the server's);
-out_of_time: the turn's remaining time no longer covers another attempt."""
+out_of_time: the turn's remaining time no longer covers another attempt; stopped: an
+operator stopped the agent while it walked (`Walker.stop`)."""
 
 
 @dataclass(frozen=True)

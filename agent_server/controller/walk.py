@@ -20,21 +20,25 @@ import uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
+from agent_server.controller.attribution import ran_on
 from agent_server.controller.client import AgentClient, TurnReply
-from agent_server.controller.commit import Assignments
+from agent_server.controller.commit import STABILIZE_S, Assignments, stabilizing
 from agent_server.controller.errors import (
     AgentError,
     CredentialRefused,
-    PoolFileError,
     ProtocolError,
     TurnFailed,
 )
 from agent_server.controller.events import Announcer, WalkPhase
-from agent_server.controller.pool.file import Pool, PoolCredential
-from agent_server.controller.pool.rungs import PoolView, Rung, TurnContext, plan_rungs
-from agent_server.controller.pool.standing import earliest_reset
+from agent_server.controller.pool.file import Pool
+from agent_server.controller.pool.rungs import (
+    PoolView,
+    Rung,
+    TurnContext,
+    first_subscription,
+    plan_rungs,
+)
 from agent_server.controller.pool.state import (
-    FAILURE_KINDS,
     Assignment,
     Failure,
     FailureKind,
@@ -43,22 +47,23 @@ from agent_server.controller.pool.state import (
     ScheduledRetry,
     bounded_reset,
 )
+from agent_server.controller.pool.waits import UNKNOWN_RESET_WAIT, retry_at, switch_back_at
+from agent_server.controller.readback import read_back
 from agent_server.controller.result import Attempt, WalkOutcome, WalkResult
 from agent_server.controller.stores.base import PoolStore
 from agent_server.controller.turn import WalkTurn
-from agent_server.wire.turns import ParallelTaskRequest, TurnMetadata, TurnResponse
+from agent_server.wire.turns import TurnMetadata, TurnResponse
 
 FLOOR_S = 30.0
 """The least time worth giving one attempt."""
 SETTLE_S = 5.0
 """Kept back from each attempt's deadline, so its answer comes back inside the turn's."""
 EXTRA_RUNGS = 2
-GATEWAY_COOLDOWN = timedelta(minutes=15)
-"""After the gateway served an agent, its turns go there first this long; then the
-walk probes the subscriptions again, and switches back when one serves."""
-UNKNOWN_RESET_WAIT = timedelta(minutes=30)
-"""When the agent retries if no credential said when it resets."""
-_SWITCH_KINDS: dict[str, FailureKind] = {kind: kind for kind in FAILURE_KINDS}
+_SWITCH_KINDS: dict[str, FailureKind] = {
+    "rate_limit": "rate_limit",
+    "auth": "auth",
+    "billing": "billing",
+}
 """The error codes a credential is blamed for, as the failure kinds they are kept as."""
 
 
@@ -76,6 +81,8 @@ class Walk:
         assignments: Assignments,
         announce: Announcer,
         monotonic: Callable[[], float],
+        stabilize: timedelta = timedelta(seconds=STABILIZE_S),
+        stopped: Callable[[], bool] = lambda: False,
     ) -> None:
         self.turn = turn
         self.client = client
@@ -92,14 +99,23 @@ class Walk:
         self.snapshot = PoolSnapshot()
         self.assignment: Assignment | None = None
         self.legacy = False
+        self.stabilize = stabilize
+        self.stopped = stopped
+        self.started_at = self.clock()
+        self.switching = False
 
     async def run(self) -> WalkResult:
         """Climb the ladder until a credential serves, none is left, or time runs out."""
         agent = self.turn.agent
+        if self.turn.rerun:
+            done = await self._already_done()
+            if done is not None:
+                return done
         self.snapshot = await self.store.snapshot()
         self.assignment = self.snapshot.assignments.get(agent)
         if self.assignment is None:  # its first walk: the snapshot just said it has none
-            self.assignment = await self.assignments.first(agent, self.pool.subscriptions[0].id)
+            first = first_subscription(self._view(), self.clock())
+            self.assignment = await self.assignments.first(agent, first)
             self.snapshot = self.snapshot.with_assignment(self.assignment)
         self.announce(WalkPhase.STARTED, agent, credential_id=self.assignment.credential_id)
         limit = len(self.pool.credentials) + EXTRA_RUNGS
@@ -110,17 +126,41 @@ class Walk:
             remaining = self.deadline - self.monotonic()
             if remaining < FLOOR_S + SETTLE_S:
                 return self._result("out_of_time")
+            if self.stopped():
+                return self._stopped()
             rung = rungs[0]
-            self.announce(
-                WalkPhase.CANDIDATE_SELECTED,
-                agent,
-                credential_id=rung.credential_id,
-                note=rung.reason,
-            )
+            self._announce_rung(rung)
             ended = await self._attempt(rung, remaining - SETTLE_S)
             if ended is not None:
                 return ended
         return await self._wait_for_capacity()
+
+    def _announce_rung(self, rung: Rung) -> None:
+        agent = self.turn.agent
+        assigned = self.assignment.credential_id if self.assignment else None
+        if rung.credential_id != assigned and not self.switching:
+            self.switching = True
+            self.announce(WalkPhase.SWITCH_STARTED, agent, credential_id=assigned)
+        self.announce(
+            WalkPhase.CANDIDATE_SELECTED, agent, credential_id=rung.credential_id, note=rung.reason
+        )
+
+    def _stopped(self) -> WalkResult:
+        self.announce(WalkPhase.SUPERSEDED, self.turn.agent, note="stopped by hand")
+        return self._result("stopped")
+
+    async def _already_done(self) -> WalkResult | None:
+        """A re-run turn the server already served: its retained result, not a new run."""
+        kept = await read_back(self.client, self.execution_id)
+        if kept is None:
+            return None
+        said = kept.metadata.fingerprint
+        known = self.pool.by_fingerprint(said) if said else None
+        ident = known.id if known is not None else None
+        self.trail.append(Attempt(ident, known.kind if known else None, 200, None))
+        note = "read back from the server's retained result"
+        self.announce(WalkPhase.SERVED, self.turn.agent, credential_id=ident, note=note)
+        return self._result("served", served_by=ident, answer=kept)
 
     def _view(self) -> PoolView:
         agent = self.turn.agent
@@ -130,23 +170,10 @@ class Walk:
     def _context(self) -> TurnContext:
         return TurnContext(self.clock(), self.turn.interactive, frozenset(self.tried), self.legacy)
 
-    def _credential(self, credential_id: str) -> PoolCredential:
-        credential = self.pool.get(credential_id)
-        if credential is None:  # the planner only offers the pool's own
-            msg = f"{credential_id!r} is not in the pool"
-            raise PoolFileError(msg)
-        return credential
-
     async def _send(self, rung: Rung | None, timeout_s: float) -> TurnReply:
         """The turn, with `rung`'s credential as its override (None: the server's own)."""
-        request = ParallelTaskRequest(
-            message=self.turn.message,
-            execution_id=self.execution_id,
-            timeout_seconds=max(1, int(timeout_s)),
-            model=self.turn.model,
-            system_prompt=self.turn.system_prompt,
-            auth_override=self._credential(rung.credential_id).override() if rung else None,
-        )
+        credential = self.pool.credential(rung.credential_id) if rung else None
+        request = self.turn.request(self.execution_id, timeout_s, credential)
         reply = await self.client.task(request)
         if not isinstance(reply, TurnReply):  # the walk never asks for async_result
             msg = "the server answered a synchronous turn 202"
@@ -171,17 +198,10 @@ class Walk:
         return await self._served(self._ran_on(rung, reply.answer.metadata), reply)
 
     def _ran_on(self, sent: Rung | None, metadata: TurnMetadata | None) -> Rung | None:
-        """The credential the server says it ran: the one its fingerprint names; the one
-        sent, when the server applied it and names none; None when no credential of the
-        pool can be named (nobody is blamed, and an event says so)."""
-        said = metadata.fingerprint if metadata is not None else None
-        if said is None:
-            ran = sent
-        else:
-            known = self.pool.by_fingerprint(said)
-            same = sent is not None and known is not None and known.id == sent.credential_id
-            ran = sent if same else (Rung(known.id, known.kind, "assigned") if known else None)
+        """`attribution.ran_on`; when it names nobody, an `unattributed` event says so."""
+        ran = ran_on(self.pool, sent, metadata)
         if ran is None:
+            said = metadata.fingerprint if metadata is not None else None
             note = f"the server ran a credential the pool does not know ({said or 'unnamed'})"
             self.announce(WalkPhase.UNATTRIBUTED, self.turn.agent, note=note)
         return ran
@@ -192,15 +212,23 @@ class Walk:
         """A served attempt: its reading kept; a new subscription committed; the gateway
         cooldown started, or ended when a subscription served again."""
         agent = self.turn.agent
+        if self.stopped():  # a late answer of a stopped walk changes nothing
+            return self._stopped()
         served_by = ran.credential_id if ran is not None else None
         if ran is not None:
-            await self._record(self._reading(ran.credential_id, reply.answer.metadata), None)
+            await self._record(
+                Reading.of_turn(ran.credential_id, self.clock(), reply.answer.metadata), None
+            )
+            since = self.assignment.assigned_at if self.assignment else self.started_at
+            if self._stabilizing(ran.credential_id) and since < self.started_at:
+                self.announce(WalkPhase.STABILIZED, agent, credential_id=served_by)
         self.trail.append(Attempt(served_by, ran.kind if ran else None, 200, None))
         self.announce(WalkPhase.SERVED, agent, credential_id=served_by)
         if self.legacy or ran is None:
             pass  # a legacy commit came before the turn was sent again
         elif ran.kind == "gateway":
-            await self.store.set_gateway_until(agent, self.clock() + GATEWAY_COOLDOWN)
+            until = switch_back_at(self._view().standings, self.clock())
+            await self.store.set_gateway_until(agent, until)
         elif ran.kind == "subscription":
             if agent in self.snapshot.gateway_until:
                 await self.store.set_gateway_until(agent, None)
@@ -213,6 +241,8 @@ class Walk:
         """A failed attempt: recorded against the credential that ran (`ran`; nobody's
         when None); the walk goes on only on a switch."""
         agent = self.turn.agent
+        if self.stopped():
+            return self._stopped()
         ident = ran.credential_id if ran is not None else None
         resets_at = (
             bounded_reset(error.resets_at, error.detail.rate_limit_type, self.clock())
@@ -224,19 +254,26 @@ class Walk:
         )
         kind = _SWITCH_KINDS.get(error.error_code)
         switch = isinstance(error, CredentialRefused) and kind is not None
+        note = None
         if ident is not None:
             failure = (
                 Failure(ident, kind, self.clock(), resets_at, agent)
                 if switch and kind is not None
                 else None
             )
-            await self._record(self._reading(ident, _metadata(error)), failure)
+            await self._record(Reading.of_turn(ident, self.clock(), _metadata(error)), failure)
+            if failure is not None and self._stabilizing(ident):
+                # Refused while it was stabilizing: warden's immediate hard limit.
+                note = "immediate_hard_limit"
+                hard = Failure(ident, "immediate_hard_limit", failure.at, resets_at, agent)
+                await self._record(None, hard)
         self.announce(
             WalkPhase.ATTEMPT_FAILED,
             agent,
             credential_id=ident,
             error_code=error.error_code,
             resets_at=resets_at,
+            note=note,
         )
         return None if switch else self._result("failed", error=error)
 
@@ -279,19 +316,22 @@ class Walk:
         made = await self.assignments.commit(
             self.client,
             self.turn.agent,
-            self._credential(credential_id),
+            self.pool.credential(credential_id),
             expected_generation=self.assignment.generation if self.assignment else None,
             server_generation=server_generation,
         )
         if made is None:
             return False
         self.assignment = made
+        window = f"{self.stabilize.total_seconds():g} s"
+        note = f"until a turn that starts after the commit is served on it, or {window} pass"
+        self.announce(
+            WalkPhase.STABILIZING, self.turn.agent, credential_id=credential_id, note=note
+        )
         return True
 
-    def _reading(self, credential_id: str, metadata: TurnMetadata | None) -> Reading | None:
-        if metadata is None or metadata.rate_limit is None:
-            return None
-        return Reading.of(credential_id, self.clock(), metadata.rate_limit)
+    def _stabilizing(self, credential_id: str) -> bool:
+        return stabilizing(self.assignment, credential_id, self.clock(), self.stabilize)
 
     async def _record(self, reading: Reading | None, failure: Failure | None) -> None:
         """What one answer said of its credential: in the store (one write) and the snapshot."""
@@ -305,8 +345,10 @@ class Walk:
 
     async def _wait_for_capacity(self) -> WalkResult:
         """Every credential is exhausted: one retry at the earliest known reset."""
+        if self.stopped():
+            return self._stopped()
         agent, now = self.turn.agent, self.clock()
-        reset = earliest_reset(list(self._view().standings), now)
+        reset = retry_at(self._view().standings, now)
         retry = ScheduledRetry(
             agent=agent,
             retry_id=uuid.uuid4().hex,

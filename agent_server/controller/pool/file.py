@@ -94,6 +94,14 @@ class Pool:
         """The subscriptions, in file order."""
         return tuple(c for c in self.credentials if c.kind == "subscription")
 
+    def credential(self, credential_id: str) -> PoolCredential:
+        """The credential with this id; `PoolFileError` when the pool has none."""
+        found = self._by_id.get(credential_id)
+        if found is None:
+            msg = f"{credential_id!r} is not in the pool"
+            raise PoolFileError(msg)
+        return found
+
     def by_fingerprint(self, said: str) -> PoolCredential | None:
         """The credential whose secret has this fingerprint (what a server reports)."""
         return self._fingerprints.get(said)

@@ -39,6 +39,7 @@ REFUSAL_WINDOWS: dict[FailureKind, timedelta] = {
     "auth": timedelta(hours=2),
     "billing": timedelta(hours=2),
     "rate_limit": timedelta(minutes=5),
+    "immediate_hard_limit": timedelta(hours=2),
 }
 """The platform key (and the gateway) is not offered again this long after a refusal."""
 FRESH_READING = timedelta(minutes=15)

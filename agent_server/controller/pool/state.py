@@ -13,12 +13,13 @@ from datetime import datetime, timedelta
 from typing import Literal, NamedTuple, get_args
 
 from agent_server.wire.instants import parse_instant
-from agent_server.wire.turns import RateLimitReading, RateLimitWindow
+from agent_server.wire.turns import RateLimitReading, RateLimitWindow, TurnMetadata
 
 CredentialKind = Literal["subscription", "api_key", "gateway"]
 CREDENTIAL_KINDS: tuple[CredentialKind, ...] = get_args(CredentialKind)
-FailureKind = Literal["rate_limit", "auth", "billing"]
-"""The failures a credential is blamed for: the three that ask for another credential."""
+FailureKind = Literal["rate_limit", "auth", "billing", "immediate_hard_limit"]
+"""The failures a credential is blamed for: the three that ask for another credential,
+and a refusal while it was stabilizing after a commit (`immediate_hard_limit`)."""
 FAILURE_KINDS: tuple[FailureKind, ...] = get_args(FailureKind)
 
 
@@ -92,6 +93,15 @@ class Reading:
     seven_day: WindowUse | None = None
 
     @classmethod
+    def of_turn(
+        cls, credential_id: str, at: datetime, metadata: TurnMetadata | None
+    ) -> Reading | None:
+        """A turn's reading (`metadata.rate_limit`), if it carried one."""
+        if metadata is None or metadata.rate_limit is None:
+            return None
+        return cls.of(credential_id, at, metadata.rate_limit)
+
+    @classmethod
     def of(cls, credential_id: str, at: datetime, wire: RateLimitReading) -> Reading:
         """A turn's `metadata.rate_limit`, as the store keeps it."""
         return cls(
@@ -113,11 +123,12 @@ def _window(wire: RateLimitWindow | None, name: str, at: datetime) -> WindowUse 
 
 @dataclass(frozen=True)
 class ScheduledRetry:
-    """An agent waiting for capacity: one retry, due at the earliest known reset.
+    """A turn waiting for capacity: its retry, due at the earliest known reset.
 
-    `assignment_generation` guards it: a manual assignment made since supersedes it.
-    `turn_ref` is the controller's own name for the turn (the library never keeps a
-    prompt); the CLI uses the execution id.
+    Keyed by its turn (`turn_ref`, the controller's own name for it; the CLI uses the
+    execution id): each waiting turn of an agent keeps its own. The library never keeps
+    a prompt. A retry is claimed in the store before it runs (`claimed_until`: the
+    claim's lease); a claim whose controller died is re-armed when the lease ends.
     """
 
     agent: str
@@ -126,6 +137,7 @@ class ScheduledRetry:
     assignment_generation: int | None
     turn_ref: str
     scheduled_at: datetime
+    claimed_until: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -141,7 +153,13 @@ class PoolSnapshot:
     gateway_until: Mapping[str, datetime] = field(default_factory=dict)
     """By agent: its turns go to the gateway first until then (after the gateway served)."""
     retries: Mapping[str, ScheduledRetry] = field(default_factory=dict)
-    """By agent: the one retry of an agent waiting for capacity."""
+    """By turn (`turn_ref`): every waiting turn's retry."""
+
+    def retries_of(self, agent: str) -> list[ScheduledRetry]:
+        """The agent's waiting turns, the earliest due first."""
+        return sorted(
+            (r for r in self.retries.values() if r.agent == agent), key=lambda r: r.due_at
+        )
 
     def agents_on(self, credential_id: str) -> list[str]:
         """The agents assigned to a credential, sorted."""

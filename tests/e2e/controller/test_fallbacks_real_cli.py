@@ -76,9 +76,10 @@ async def test_the_key_and_the_gateway_serve_and_change_no_assignment(
         fingerprint(gw),
     )
     assert attempts(again) == [("gw", None)]
+    # gw-bot, new, lands by the ranking: both refused, b has fewer agents than a.
     assert {n: x.credential_id for n, x in snapshot.assignments.items()} == {
         "key-bot": "a",
-        "gw-bot": "a",
+        "gw-bot": "b",
     }
     assert {x.generation for x in snapshot.assignments.values()} == {1}
     assert "gw-bot" in snapshot.gateway_until
@@ -91,8 +92,9 @@ async def test_the_key_and_the_gateway_serve_and_change_no_assignment(
     async with walking(agent, pool, url, events, lambda: later) as (walker, store):
         back = await walker.walk(WalkTurn("gw-bot", "hi"))
         cooled = (await store.snapshot()).gateway_until
-    assert attempts(back) == [("a", None)]
-    assert (back.served_by, back.committed) == ("a", False)
+    # b (gw-bot's assignment) is out of the skip window and still refuses; a serves.
+    assert attempts(back) == [("b", "auth"), ("a", None)]
+    assert (back.served_by, back.committed) == ("a", True)
     assert "gw-bot" not in cooled
     assert [e.agent for e in events if e.phase is WalkPhase.SWITCHED_BACK] == ["gw-bot"]
     assert_quiet(events, creds)

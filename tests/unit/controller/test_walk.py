@@ -7,6 +7,7 @@ tests/e2e/controller/.
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -65,7 +66,7 @@ def _walker(store: PoolStore, agents: dict[str, MockAgent], events: list[WalkEve
 
 async def _assign(store: PoolStore, agent: str, credential_id: str) -> Assignment:
     made = await store.compare_and_set_assignment(
-        agent, credential_id, expected_generation=None, at=NOW
+        agent, credential_id, expected_generation=None, at=NOW - timedelta(days=1)
     )
     assert made is not None
     return made
@@ -96,6 +97,11 @@ async def test_the_ladder_is_climbed_and_the_server_that_served_is_committed(
     assert set(failures["a"]) == {"rate_limit"}
     assert set(failures["b"]) == {"auth"}
     assert WalkPhase.COMMITTED in [event.phase for event in events]
+    said = json.dumps([event.as_json() for event in events])  # JSON-serialisable, no secret
+    assert not [secret for secret in (A, B, C, KEY, GATEWAY) if secret in said]
+    assert set(events[0].as_json()) == {
+        "phase", "agent", "at", "credential", "error_code", "resets_at", "note",
+    }  # fmt: skip
 
 
 async def test_a_failed_recently_assignment_is_skipped_before_dispatch(store: PoolStore) -> None:
@@ -246,8 +252,9 @@ async def test_a_reset_past_its_window_is_bounded_by_the_window(store: PoolStore
 
 async def _assign_again(store: PoolStore, agent: str, credential_id: str) -> None:
     current = await store.assignment(agent)
+    expected = current.generation if current else None
     await store.compare_and_set_assignment(
-        agent, credential_id, expected_generation=current.generation if current else None, at=NOW
+        agent, credential_id, expected_generation=expected, at=NOW - timedelta(days=1)
     )
 
 
@@ -278,3 +285,98 @@ async def test_a_legacy_server_that_serves_an_unknown_token_names_nobody(
     assert result.outcome == "served"
     assert (result.served_by, result.committed, result.legacy) == (None, False, True)
     assert server.reloads == []
+
+
+async def test_a_new_commit_stabilizes_or_is_refused_as_an_immediate_hard_limit(
+    store: PoolStore,
+) -> None:
+    """warden's phases: the walk leaves a (`switch_started`), commits b (`stabilizing`); a
+    turn started after the commit served on b within the window is `stabilized`; when b
+    refuses inside the window instead, that is an `immediate_hard_limit` and the walk
+    advances to c."""
+    server = MockAgent({A: Verdict("auth")})
+    await _assign(store, "agent-1", "a")
+    clock = [NOW]
+    events: list[WalkEvent] = []
+    walker = Walker(
+        {"agent-1": server.client()}, store, POOL, clock=lambda: clock[0], hook=events.append
+    )
+    await walker.walk(WalkTurn("agent-1", "one"))
+    phases = [event.phase for event in events]
+    assert phases.index(WalkPhase.SWITCH_STARTED) < phases.index(WalkPhase.STABILIZING)
+    clock[0] = NOW + timedelta(seconds=3)
+    await walker.walk(WalkTurn("agent-1", "two"))
+    assert events[-1].phase is WalkPhase.SERVED
+    assert WalkPhase.STABILIZED in [event.phase for event in events[len(phases) :]]
+
+    server.verdicts[B] = Verdict("rate_limit", NOW + timedelta(hours=1))
+    clock[0] = NOW + timedelta(seconds=6)
+    result = await walker.walk(WalkTurn("agent-1", "three"))
+    assert [(t.credential_id, t.error_code) for t in result.trail] == [
+        ("b", "rate_limit"),
+        ("c", None),
+    ]
+    assert set((await store.snapshot()).failures["b"]) == {"rate_limit", "immediate_hard_limit"}
+
+
+async def test_no_hard_limit_once_the_window_passed(store: PoolStore) -> None:
+    """A refusal after the stabilization window is an ordinary one."""
+    server = MockAgent({A: Verdict("auth")})
+    await _assign(store, "agent-1", "a")
+    clock = [NOW]
+    walker = Walker({"agent-1": server.client()}, store, POOL, clock=lambda: clock[0])
+    await walker.walk(WalkTurn("agent-1", "one"))
+    server.verdicts[B] = Verdict("auth")
+    clock[0] = NOW + timedelta(seconds=11)
+    await walker.walk(WalkTurn("agent-1", "two"))
+    assert set((await store.snapshot()).failures["b"]) == {"auth"}
+
+
+async def test_an_operators_assignment_is_not_second_guessed(store: PoolStore) -> None:
+    """b failed a minute ago; the operator assigns it by hand: the next autonomous turn
+    goes to b first. `clear` forgets a credential's failures (a rotated token)."""
+    server = MockAgent({B: Verdict("auth")})
+    await _assign(store, "agent-1", "b")
+    clock = [NOW]
+    walker = Walker({"agent-1": server.client()}, store, POOL, clock=lambda: clock[0])
+    await walker.walk(WalkTurn("agent-1", "one"))  # b refuses; a serves and is committed
+    server.verdicts.clear()
+    clock[0] = NOW + timedelta(minutes=1)
+    await walker.assign("agent-1", "b")
+    clock[0] = NOW + timedelta(minutes=2)
+    result = await walker.walk(WalkTurn("agent-1", "two"))
+    assert [t.credential_id for t in result.trail] == ["b"]
+    await walker.clear("b")
+    assert "b" not in (await store.snapshot()).failures
+
+
+async def test_stop_cancels_waiting_turns_and_a_walk_in_flight(store: PoolStore) -> None:
+    """Two waiting turns of one agent are cancelled by `stop`; a walk in flight is
+    superseded: its late answer commits nothing."""
+    every = {s: Verdict("rate_limit", NOW + timedelta(hours=1)) for s in (A, B, C, KEY, GATEWAY)}
+    server = MockAgent(every)
+    await _assign(store, "agent-1", "a")
+    walker = _walker(store, {"agent-1": server}, [])
+    first = await walker.walk(WalkTurn("agent-1", "one", execution_id="job-1"))
+    second = await walker.walk(WalkTurn("agent-1", "two", execution_id="job-2"))
+    assert first.retry is not None and second.retry is not None
+    waiting = (await store.snapshot()).retries
+    assert set(waiting) == {"job-1", "job-2"}
+    assert await walker.stop("agent-1") == 2
+    assert (await store.snapshot()).retries == {}
+
+    server.verdicts = {A: Verdict("auth")}
+    await walker.clear("a")
+    original = server._turn
+
+    def stop_meanwhile(body: dict[str, object]) -> object:
+        answer = original(body)  # type: ignore[arg-type]
+        walker._stops["agent-1"] += 1  # as `stop` does, while the turn runs
+        return answer
+
+    server._turn = stop_meanwhile  # type: ignore[assignment,method-assign]
+    result = await walker.walk(WalkTurn("agent-1", "three"))
+    assert result.outcome == "stopped"
+    assert server.reloads == []
+    assignment = await store.assignment("agent-1")
+    assert assignment is not None and assignment.credential_id == "a"

@@ -55,6 +55,8 @@ class Case:
     legacy: bool = False
     api_key_allowed: bool = True
     gateway_until: datetime | None = None
+    assigned_at: datetime = NOW - timedelta(days=1)
+    """Long before every failure of a case, unless the case says otherwise."""
 
     def plan(self) -> list[str]:
         by_credential: dict[str, dict[str, Failure]] = {}
@@ -66,7 +68,7 @@ class Case:
             for n in range(count)
         }
         if self.assigned:
-            assignments["agent"] = Assignment("agent", self.assigned, 4, NOW)
+            assignments["agent"] = Assignment("agent", self.assigned, 4, self.assigned_at)
         snapshot = PoolSnapshot(
             assignments=assignments,
             failures=by_credential,  # type: ignore[arg-type]
@@ -108,6 +110,14 @@ CASES = [
         Case(failures=(failed("a", "rate_limit", 5, reset_in=60),), interactive=True),
         ["b:headroom", "c:headroom", "key:api_key", "gw:gateway"],
         id="interactive: an assignment behind a known reset is no last resort either",
+    ),
+    pytest.param(
+        Case(
+            failures=(failed("a", "rate_limit", 5, reset_in=60 * 24),),
+            assigned_at=NOW - 1 * MIN,
+        ),
+        ["a:assigned", "b:headroom", "c:headroom", "key:api_key", "gw:gateway"],
+        id="an assignment made after its failure (an operator's choice) goes first, wall or not",
     ),
     pytest.param(
         Case(failures=(failed("a", "rate_limit", 5),), interactive=True),
