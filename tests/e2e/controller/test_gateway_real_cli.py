@@ -11,7 +11,9 @@ from agent_server.controller import WalkEvent, WalkTurn
 from tests.support.messages_api import MessagesApiStandIn, Scenario
 from tests.support.server import ServerProcess
 from tests.support.walk_harness import (  # noqa: F401 - the *_fixture names are fixtures
+    HOUR,
     Credentials,
+    about,
     agent_fixture,
     anyio_backend_fixture,
     api_fixture,
@@ -28,10 +30,10 @@ GLM = "glm-4.6"
 
 
 @pytest.mark.parametrize(
-    ("scenario", "code"),
+    ("scenario", "code", "due_in_s"),
     [
-        pytest.param(Scenario.RATE_LIMIT_API_KEY, "rate_limit", id="429"),
-        pytest.param(Scenario.AUTH_401, "auth", id="401"),
+        pytest.param(Scenario.RATE_LIMIT_API_KEY, "rate_limit", 300, id="429: its 5 minutes"),
+        pytest.param(Scenario.AUTH_401, "auth", HOUR, id="401: the subscription's reset"),
     ],
 )
 async def test_a_glm_gateways_refusal_is_the_gateways(
@@ -41,9 +43,11 @@ async def test_a_glm_gateways_refusal_is_the_gateways(
     tmp_path: Path,
     scenario: Scenario,
     code: str,
+    due_in_s: int,
 ) -> None:
     """The subscription is capped and the gateway (model glm-4.6) refuses: the gateway's
-    failure is recorded as what it said (not `model_unsupported`), and the agent waits."""
+    failure is recorded as what it said (not `model_unsupported`), and the agent waits,
+    its retry at the earliest window known (the gateway's own 5 minutes after a 429)."""
     sub, gw = creds.new("ratelimit"), creds.new("good")
     api.on(gw, scenario)
     pool = make_pool(
@@ -59,6 +63,7 @@ async def test_a_glm_gateways_refusal_is_the_gateways(
     assert attempts(result) == [("a", "rate_limit"), ("gw", code)]
     assert result.outcome == "waiting_for_capacity"
     assert result.retry is not None
+    assert about(result.retry.due_at, due_in_s)
     assert set(failures["gw"]) == {code}
     assert api.message_requests[-1].model == GLM
     assert_quiet(events, creds)
