@@ -10,14 +10,17 @@ is the guide.
     client.py      AgentClient: every route, typed answers, live events (sse.py)
     errors.py      the one exception tree, and the one mapping of a non-2xx answer
     callbacks.py   signed_by_server: a result callback the server signed, not the agent
-    pool/          the pool file or a pool built in code; its state, standing, rungs, status
+    pool/          the pool file or a pool built in code; its state, standing, rungs,
+                   waits (when to try again), status
     stores/        the PoolStore protocol, open_store(url): SQLite and Redis
     walker.py      Walker: a fleet's front door (a client each agent); assign by hand
-    walk.py        one turn's walk through the ladder; commit.py: the commit by CAS
+    walk.py        one turn's walk through the ladder; commit.py: the commit by CAS and
+                   stabilization; attribution.py: which credential a turn ran on
+    readback.py    a finished turn read back from the server: a re-run is safe
     turn.py        WalkTurn, what a walk is asked; result.py: WalkResult, what it did
-    retries.py     RetryScheduler: the waiting turns' retries, armed from the store
+    retries.py     RetryScheduler: each waiting turn's retry, claimed, run at least once
     events.py      WalkEvent: one event a phase, to a hook and the log
-    cli.py         `agent-server pool walk|status`
+    cli.py         `agent-server pool walk|status|stop|assign|clear`
 """
 
 from agent_server.controller.callbacks import signed_by_server
@@ -56,7 +59,7 @@ from agent_server.controller.pool.state import (
     Reading,
     ScheduledRetry,
 )
-from agent_server.controller.pool.status import CredentialRow, pool_rows
+from agent_server.controller.pool.status import CredentialRow, pool_rows, pool_status
 from agent_server.controller.result import Attempt, WalkOutcome, WalkResult
 from agent_server.controller.retries import RetryScheduler, RunRetry
 from agent_server.controller.stores.base import PoolStore, default_store_url, open_store
@@ -115,6 +118,7 @@ __all__ = [
     "load_pool",
     "open_store",
     "pool_rows",
+    "pool_status",
     "signed_by_server",
     "utc_now",
 ]

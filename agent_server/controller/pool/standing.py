@@ -198,17 +198,3 @@ def refused_recently(standing: Standing, now: datetime) -> bool:
     return any(
         now - failure.at < REFUSAL_WINDOWS[kind] for kind, failure in standing.failures.items()
     )
-
-
-def earliest_reset(standings: list[Standing], now: datetime) -> datetime | None:
-    """The first instant ahead at which one of these credentials is known to serve again."""
-    ahead = []
-    for standing in standings:
-        limit = standing.failures.get("rate_limit")
-        reset = blocking_reset(standing, limit) if limit is not None else None
-        reading = fresh(standing.reading, now)
-        if reading is not None and refusing(reading, now) and reading.resets_at is not None:
-            reset = max(reset, reading.resets_at) if reset is not None else reading.resets_at
-        if reset is not None and reset > now:
-            ahead.append(reset)
-    return min(ahead, default=None)

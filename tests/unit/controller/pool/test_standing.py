@@ -8,7 +8,6 @@ import pytest
 
 from agent_server.controller.pool.standing import (
     Standing,
-    earliest_reset,
     failed_recently,
     fullness,
     headroom_key,
@@ -17,6 +16,7 @@ from agent_server.controller.pool.standing import (
     throttled,
 )
 from agent_server.controller.pool.state import CredentialInfo, Failure, Reading, WindowUse
+from agent_server.controller.pool.waits import retry_at
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 MIN = timedelta(minutes=1)
@@ -223,14 +223,14 @@ def test_the_key_refusal_windows(failure: Failure, expected: bool) -> None:
     assert refused_recently(standing(failure, info=KEY), NOW) is expected
 
 
-def test_the_earliest_reset_is_the_first_known_one_ahead() -> None:
-    """Across credentials: resets ahead only, the earliest first; auth has none."""
+def test_the_earliest_retry_is_the_first_known_one_ahead() -> None:
+    """Across credentials: instants ahead only, the earliest first; an auth failure's is
+    when it may be a last resort (`pool.waits.retry_at`)."""
     pool = [
         standing(limited(ago(10), ahead(90))),
         standing(limited(ago(10), ahead(40))),
         standing(limited(ago(100), ago(5))),
-        standing(refused("auth", ago(1))),
         standing(last=reading(ago(1), "rejected", 1.0, resets_at=ahead(200))),
     ]
-    assert earliest_reset(pool, NOW) == ahead(40)
-    assert earliest_reset([standing(refused("auth", ago(1)))], NOW) is None
+    assert retry_at(pool, NOW) == ahead(40)
+    assert retry_at([*pool, standing(refused("auth", ago(1)))], NOW) == ahead(29)
