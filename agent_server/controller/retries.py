@@ -19,10 +19,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from datetime import timedelta
 
 from agent_server.controller.clock import Clock, utc_now
-from agent_server.controller.events import Announcer, EventHook, WalkPhase
+from agent_server.controller.events import Announcer, EventHook, WalkPhase, logger
 from agent_server.controller.pool.state import ScheduledRetry
 from agent_server.controller.result import WalkResult
 from agent_server.controller.stores.base import PoolStore
@@ -95,12 +96,23 @@ class RetryScheduler:
         if not claimed:
             return  # another controller runs it, or it was replaced, stopped or superseded
         self.announce(WalkPhase.RETRY_DUE, retry.agent, note=f"turn {retry.turn_ref}")
-        result = await self.run(retry)
+        try:
+            result = await self.run(retry)
+        except Exception:
+            # The claim stays: the retry runs again when its lease ends (at least once).
+            logger.exception("the retry of turn %s failed; it runs again later", retry.turn_ref)
+            self._forget(retry)
+            self.arm(replace(retry, claimed_until=now + self.lease))
+            return
         await self.store.take_retry(retry.turn_ref, retry.retry_id)
-        if self._armed.get(retry.turn_ref, ("",))[0] == retry.retry_id:
-            del self._armed[retry.turn_ref]  # this timer is done: a new one may be armed
+        self._forget(retry)
         if isinstance(result, WalkResult) and result.retry is not None:
             self.arm(result.retry)
+
+    def _forget(self, retry: ScheduledRetry) -> None:
+        """This timer is done: drop it, so that the turn's next one may be armed."""
+        if self._armed.get(retry.turn_ref, ("",))[0] == retry.retry_id:
+            del self._armed[retry.turn_ref]
 
     async def close(self) -> None:
         """Cancel every timer (the retries stay in the store for the next start)."""

@@ -136,3 +136,27 @@ async def test_a_replaced_retry_never_runs(store_url: str) -> None:
     finally:
         await scheduler.close()
         await store.close()
+
+
+async def test_a_run_that_raises_keeps_its_claim_and_runs_again(store_url: str) -> None:
+    """The controller's callback fails: the retry stays in the store, claimed, and is run
+    again once the claim's lease ends (at least once)."""
+    store = await open_store(store_url)
+    await store.schedule_retry(_retry("r1", 1, 0))
+    runs: list[ScheduledRetry] = []
+
+    async def run(retry: ScheduledRetry) -> None:
+        runs.append(retry)
+        if len(runs) == 1:
+            msg = "the controller's own turn store is down"
+            raise RuntimeError(msg)
+
+    scheduler = RetryScheduler(store, run, lease=timedelta(seconds=0.2))
+    try:
+        await scheduler.arm_all()
+        await _settle(runs, 2)
+        assert [r.retry_id for r in runs] == ["r1", "r1"]
+        assert (await store.snapshot()).retries == {}
+    finally:
+        await scheduler.close()
+        await store.close()
