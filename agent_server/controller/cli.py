@@ -100,6 +100,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     walk.add_argument("--timeout", type=float, default=900.0, help="the whole walk's seconds")
     walk.add_argument("--execution-id", default=None, help="the turn's id (default: generated)")
+    walk.add_argument(
+        "--rerun",
+        action="store_true",
+        help="the turn (--execution-id) may have run: read a served one back, not again",
+    )
     return parser
 
 
@@ -152,6 +157,7 @@ async def _walk(args: argparse.Namespace) -> int:
         interactive=args.interactive,
         execution_id=args.execution_id,
         timeout_s=args.timeout,
+        rerun=args.rerun,
     )
     result: WalkResult = await _with_walker(args, lambda walker, *_: walker.walk(turn))
     print(json.dumps(result.as_json(), indent=2) if args.json else _summary(result))

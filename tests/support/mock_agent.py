@@ -52,6 +52,8 @@ class MockAgent:
     turns: list[dict[str, Any]] = field(default_factory=list)
     """Each turn's body as sent, with `ran` (the secret it ran on) added."""
     reloads: list[dict[str, Any]] = field(default_factory=list)
+    retained: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """The served turns' answers by execution id (`GET …/result`)."""
 
     def client(self) -> AgentClient:
         """A client of this server, over the mock transport."""
@@ -68,6 +70,9 @@ class MockAgent:
             return self._reload(body)
         if request.url.path == "/api/task":
             return self._turn(body)
+        kept = self.retained.get(request.url.path.removeprefix("/api/executions/").split("/")[0])
+        if request.url.path.endswith("/result") and kept is not None:
+            return httpx.Response(200, json=kept)
         return httpx.Response(404, json={"detail": {"error_code": "not_found", "message": "-"}})
 
     def _reload(self, body: dict[str, Any]) -> httpx.Response:
@@ -105,6 +110,7 @@ class MockAgent:
                 "timestamp": datetime.now(UTC).isoformat(),
                 "metadata": metadata,
             }
+            self.retained[body["execution_id"]] = _envelope(answer, kind)
             return httpx.Response(200, json=answer, headers=headers)
         code = verdict.error_code
         detail = {
@@ -131,3 +137,25 @@ def _secrets(override: dict[str, Any]) -> list[str]:
 
 def _flags() -> dict[str, bool]:
     return {"retryable": False, "switch_credential": False}
+
+
+def _envelope(answer: dict[str, Any], kind: str | None) -> dict[str, Any]:
+    """A served turn as `GET /api/executions/{id}/result` answers it (contract §6.6)."""
+    return {
+        "execution_id": answer["metadata"]["execution_id"],
+        "status": "success",
+        "response": answer["response"],
+        "response_truncated": False,
+        "error": None,
+        "error_code": None,
+        "terminal_reason": "completed",
+        "session_id": None,
+        "metadata": answer["metadata"],
+        "execution_log": [],
+        "truncated_log": False,
+        "execution_time_ms": 5,
+        "auth_route": kind or "baseline",
+        "http_status": 200,
+        "detail": None,
+        "retained_at": answer["timestamp"],
+    }

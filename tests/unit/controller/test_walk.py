@@ -380,3 +380,21 @@ async def test_stop_cancels_waiting_turns_and_a_walk_in_flight(store: PoolStore)
     assert server.reloads == []
     assignment = await store.assignment("agent-1")
     assert assignment is not None and assignment.credential_id == "a"
+
+
+async def test_a_rerun_turn_the_server_served_is_read_back_not_run_again(
+    store: PoolStore,
+) -> None:
+    """`rerun=True`: the server retained the turn as served, so its answer is read back and
+    no turn is sent; a turn it never ran is walked as usual."""
+    server = MockAgent({})
+    await _assign(store, "agent-1", "a")
+    walker = _walker(store, {"agent-1": server}, [])
+    await walker.walk(WalkTurn("agent-1", "hi", execution_id="job-1"))
+    again = await walker.walk(WalkTurn("agent-1", "hi", execution_id="job-1", rerun=True))
+    assert (again.outcome, again.served_by) == ("served", "a")
+    assert again.answer is not None and again.answer.response == "done"
+    assert len(server.turns) == 1
+    fresh = await walker.walk(WalkTurn("agent-1", "hi", execution_id="job-2", rerun=True))
+    assert fresh.outcome == "served"
+    assert len(server.turns) == 2
