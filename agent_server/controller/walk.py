@@ -9,9 +9,11 @@ credential would change. Bounds: every rung grows the tried set, there are at mo
 time covers `FLOOR_S` plus `SETTLE_S`.
 
 Commit once: a subscription other than the assignment that served becomes the
-assignment (`commit.Assignments`). A key or gateway that served changes no
-assignment. When every credential is exhausted, the agent waits for capacity: one
-retry, persisted, at the earliest known reset (`retries.py` runs it).
+assignment (`commit.Assignments`), stabilizing a short window. A key or gateway that
+served changes no assignment. Every failure, reading and service is the credential's
+the server says it ran (`attribution.py`). When every credential is exhausted, the
+turn waits for capacity: its retry, persisted, due when a credential is next offered
+(`pool/waits.py`; `retries.py` runs it). A stop by hand supersedes the walk.
 """
 
 from __future__ import annotations
