@@ -1,5 +1,6 @@
 """`agent-server [serve|status|pool]`: serve the API (default), print the credential
-status, or drive a pool of credentials (`pool walk|status`, the controller library)."""
+status, or drive a pool of credentials (`pool walk|status|stop|assign|clear`, the
+controller library)."""
 
 from __future__ import annotations
 
@@ -38,7 +39,14 @@ def main(argv: list[str] | None = None) -> int:
 
         return pool_main(given[1:])
     parser = argparse.ArgumentParser(prog="agent-server", description=__doc__)
-    parser.add_argument("command", nargs="?", default="serve", choices=["serve", "status"])
+    parser.add_argument(
+        "command",
+        nargs="?",
+        default="serve",
+        choices=["serve", "status", "pool"],
+        help="serve (the default), status, or pool: the controller's walk|status|stop|"
+        "assign|clear (agent-server pool --help)",
+    )
     parser.add_argument(
         "--json", action="store_true", help="status: print the JSON of GET /api/credentials/status"
     )

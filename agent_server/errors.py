@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from agent_server.wire import codes
+
 
 class AgentServerError(Exception):
     """Base of every error agent-server raises on purpose."""
@@ -36,8 +38,8 @@ class ConfigError(AgentServerError):
 class ApiError(AgentServerError):
     """An error answered over HTTP with a status and an error_code."""
 
-    status: ClassVar[int] = 500
-    error_code: ClassVar[str] = "internal_error"
+    status: ClassVar[int] = codes.INTERNAL_ERROR.status
+    error_code: ClassVar[str] = codes.INTERNAL_ERROR.code
     retryable: ClassVar[bool] = False
     """Contract §7 names `busy` as retryable."""
 
@@ -62,51 +64,51 @@ class ApiError(AgentServerError):
 class TokenRequired(ApiError):
     """The reload request carried an empty token."""
 
-    status = 400
-    error_code = "token_required"
+    status = codes.TOKEN_REQUIRED.status
+    error_code = codes.TOKEN_REQUIRED.code
 
 
 class TokenInvalid(ApiError):
     """The reload request's token cannot be a credential (contract §4.4)."""
 
-    status = 400
-    error_code = "token_invalid"
+    status = codes.TOKEN_INVALID.status
+    error_code = codes.TOKEN_INVALID.code
 
 
 class GenerationMismatch(ApiError):
     """`expected_generation` is not the current generation."""
 
-    status = 409
-    error_code = "generation_mismatch"
+    status = codes.GENERATION_MISMATCH.status
+    error_code = codes.GENERATION_MISMATCH.code
 
 
 class PersistFailed(ApiError):
     """The override file could not be written; memory is unchanged."""
 
-    status = 500
-    error_code = "persist_failed"
+    status = codes.PERSIST_FAILED.status
+    error_code = codes.PERSIST_FAILED.code
 
 
 class ExecutionInProgress(ApiError):
     """A turn with this execution id is running."""
 
-    status = 409
-    error_code = "execution_in_progress"
+    status = codes.EXECUTION_IN_PROGRESS.status
+    error_code = codes.EXECUTION_IN_PROGRESS.code
 
 
 class Busy(ApiError):
     """Every parallel slot is taken."""
 
-    status = 409
-    error_code = "busy"
-    retryable = True
+    status = codes.BUSY.status
+    error_code = codes.BUSY.code
+    retryable = codes.BUSY.retryable
 
 
 class NotFound(ApiError):
     """No such execution."""
 
-    status = 404
-    error_code = "not_found"
+    status = codes.NOT_FOUND.status
+    error_code = codes.NOT_FOUND.code
 
 
 class NoRetainedResult(ApiError):
@@ -114,8 +116,8 @@ class NoRetainedResult(ApiError):
     finished). Its one code field is `code`, the key Trinity's backend tells it by from
     an older agent's bare 404 (contract §6.6)."""
 
-    status = 404
-    error_code = "no_retained_result"
+    status = codes.NO_RETAINED_RESULT.status
+    error_code = codes.NO_RETAINED_RESULT.code
 
     def body(self) -> dict[str, object]:
         """`{"message", "code", "retryable", "switch_credential"}`."""
@@ -127,15 +129,15 @@ class NoRetainedResult(ApiError):
 class PayloadTooLarge(ApiError):
     """The request body is over the limit (refused before it is read past it)."""
 
-    status = 413
-    error_code = "payload_too_large"
+    status = codes.PAYLOAD_TOO_LARGE.status
+    error_code = codes.PAYLOAD_TOO_LARGE.code
 
 
 class SpawnTooLarge(ApiError):
     """The spawn's argv and environment would not fit the kernel's exec limits."""
 
-    status = 422
-    error_code = "spawn_too_large"
+    status = codes.SPAWN_TOO_LARGE.status
+    error_code = codes.SPAWN_TOO_LARGE.code
 
 
 class RequestInvalid(AgentServerError):
@@ -146,9 +148,9 @@ class RequestInvalid(AgentServerError):
         self.errors = errors
 
 
-HTTP_ERROR_CODES = {404: "not_found", 405: "method_not_allowed"}
+HTTP_ERROR_CODES = {404: codes.NOT_FOUND.code, 405: codes.METHOD_NOT_ALLOWED.code}
 """The error_code of an HTTP-level refusal (no such route, wrong method)."""
-OTHER_HTTP_ERROR = "http_error"
+OTHER_HTTP_ERROR = codes.HTTP_ERROR.code
 """The error_code of any other HTTP-level refusal."""
 
 

@@ -28,8 +28,9 @@ import httpx
 from pydantic import SecretStr
 
 from agent_server.controller.client import AgentClient
-from agent_server.controller.pool_file import Pool, PoolCredential
-from agent_server.controller.pool_state import (
+from agent_server.controller.pool.file import Pool, PoolCredential
+from agent_server.controller.pool.rungs import PoolView, TurnContext, plan_rungs
+from agent_server.controller.pool.state import (
     Assignment,
     CredentialInfo,
     Failure,
@@ -37,10 +38,9 @@ from agent_server.controller.pool_state import (
     Reading,
     WindowUse,
 )
-from agent_server.controller.rungs import PoolView, TurnContext, plan_rungs
-from agent_server.controller.store import open_store
-from agent_server.controller.walk import Walker
-from agent_server.controller.walk_result import WalkTurn
+from agent_server.controller.stores.base import open_store
+from agent_server.controller.turn import WalkTurn
+from agent_server.controller.walker import Walker
 from bench.plan import Plan
 from bench.report import Figure
 
@@ -112,7 +112,7 @@ async def _walks(root: Path, rounds: int) -> list[float]:
     )
     moments = iter(_START + timedelta(hours=3 * n) for n in range(rounds * 100))
     now = [next(moments)]
-    walker = Walker(client, store, pool, clock=lambda: now[0])
+    walker = Walker(lambda _agent: client, store, pool, clock=lambda: now[0])
     per_rung = []
     try:
         for n in range(rounds + 3):

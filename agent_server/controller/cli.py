@@ -1,13 +1,19 @@
-"""`agent-server pool walk|status`: run one turn through the walk, or show the pool.
+"""`agent-server pool walk|status|stop|assign|clear`: the walk and the operator's hands.
 
     agent-server pool walk --pool pool.toml --store sqlite:////var/lib/ctl/pool.db \\
         --agent-url http://agent-1:8000 --agent-token-file /run/secrets/agent-1 \\
         --agent-name agent-1 --message "fix the failing test" [--interactive] [--json]
     agent-server pool status --pool pool.toml --store redis://localhost:6379/0 [--json]
+    agent-server pool stop --pool pool.toml --store … --agent-name agent-1
+    agent-server pool assign --pool pool.toml --store … --agent-name agent-1 \\
+        --credential sub-b --agent-url … --agent-token-file …
+    agent-server pool clear --pool pool.toml --store … --credential sub-a
 
-`walk` exits 0 when a credential served, 3 when the agent waits for capacity, 1 when
-the turn failed otherwise, 2 when the pool file, the store or the token cannot be
-used. The walk's events go to stderr; stdout is the result (`--json`: one object).
+Exit codes: 0 served (or done), 1 the turn failed otherwise (or the server refused),
+2 the pool file, the store or the token cannot be used, 3 the agent waits for
+capacity, 4 the walk was stopped. stdout is the result (`--json`: one object);
+stderr carries the walk's events (`--events-json`: one JSON object a line) and one
+line on an error, never a library's chatter.
 """
 
 from __future__ import annotations
@@ -17,31 +23,34 @@ import asyncio
 import json
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from pydantic import SecretStr
 
 from agent_server.controller.client import AgentClient
 from agent_server.controller.clock import utc_now
 from agent_server.controller.errors import ControllerError, PoolFileError, StoreError
-from agent_server.controller.pool_file import AGENT_NAME, load_pool
-from agent_server.controller.pool_status import pool_rows, render_table
-from agent_server.controller.store import default_store_url, open_store
-from agent_server.controller.walk import Walker
-from agent_server.controller.walk_result import WalkResult, WalkTurn
+from agent_server.controller.events import WalkEvent, logger
+from agent_server.controller.pool.file import AGENT_NAME, Pool, load_pool
+from agent_server.controller.pool.status import pool_rows, pool_status, render_table
+from agent_server.controller.result import WalkResult
+from agent_server.controller.stores.base import PoolStore, default_store_url, open_store
+from agent_server.controller.turn import WalkTurn
+from agent_server.controller.walker import Walker
 from agent_server.wire.values import secret_problem
 
-EXIT_SERVED, EXIT_FAILED, EXIT_UNUSABLE, EXIT_WAITING = 0, 1, 2, 3
+EXIT_SERVED, EXIT_FAILED, EXIT_UNUSABLE, EXIT_WAITING, EXIT_STOPPED = 0, 1, 2, 3, 4
+_BY_OUTCOME = {"served": EXIT_SERVED, "waiting_for_capacity": EXIT_WAITING, "stopped": EXIT_STOPPED}
 
 
 def main(argv: list[str]) -> int:
     """`agent-server pool …` (the server's entry point hands the rest of argv here)."""
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    _quiet_libraries(args.events_json)
     try:
-        if args.command == "walk":
-            return asyncio.run(_walk(args))
-        return asyncio.run(_status(args))
+        return asyncio.run(_COMMANDS[args.command](args))
     except (PoolFileError, StoreError) as exc:
         print(f"agent-server pool: {exc}", file=sys.stderr)
         return EXIT_UNUSABLE
@@ -50,12 +59,22 @@ def main(argv: list[str]) -> int:
         return EXIT_FAILED
 
 
+def _quiet_libraries(events_json: bool) -> None:
+    """The walk's events on stderr; nothing of httpx's or any other library's below a
+    warning (their INFO lines are no operator's business)."""
+    logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
+    logger.setLevel(logging.WARNING if events_json else logging.INFO)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agent-server pool", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     walk = commands.add_parser("walk", help="run one turn through the walk")
-    status = commands.add_parser("status", help="show the pool's credentials")
-    for command in (walk, status):
+    status = commands.add_parser("status", help="show the pool, its assignments and waits")
+    stop = commands.add_parser("stop", help="cancel an agent's waiting turns and walks")
+    assign = commands.add_parser("assign", help="assign an agent a subscription by hand")
+    clear = commands.add_parser("clear", help="forget a credential's failures (rotated token)")
+    for command in (walk, status, stop, assign, clear):
         command.add_argument("--pool", type=Path, required=True, help="the pool file (TOML)")
         command.add_argument(
             "--store",
@@ -63,15 +82,29 @@ def _parser() -> argparse.ArgumentParser:
             help="sqlite:///PATH or redis://HOST:PORT/DB (default: a file under the state dir)",
         )
         command.add_argument("--json", action="store_true", help="print JSON")
-    walk.add_argument("--agent-url", required=True, help="the agent-server's base URL")
-    walk.add_argument("--agent-token-file", type=Path, required=True, help="its controller token")
-    walk.add_argument("--agent-name", required=True, help="the agent the turn belongs to")
+        command.add_argument(
+            "--events-json", action="store_true", help="the events on stderr as JSON lines"
+        )
+    for command in (walk, stop, assign):
+        command.add_argument("--agent-name", required=True, help="the agent")
+    for command in (walk, assign):
+        command.add_argument("--agent-url", required=True, help="the agent-server's base URL")
+        command.add_argument(
+            "--agent-token-file", type=Path, required=True, help="its controller token"
+        )
+    for command in (assign, clear):
+        command.add_argument("--credential", required=True, help="the credential's id")
     walk.add_argument("--message", required=True, help="the prompt")
     walk.add_argument(
         "--interactive", action="store_true", help="a person waits: any skipped subscription"
     )
     walk.add_argument("--timeout", type=float, default=900.0, help="the whole walk's seconds")
     walk.add_argument("--execution-id", default=None, help="the turn's id (default: generated)")
+    walk.add_argument(
+        "--rerun",
+        action="store_true",
+        help="the turn (--execution-id) may have run: read a served one back, not again",
+    )
     return parser
 
 
@@ -88,31 +121,47 @@ def _read_token(path: Path) -> SecretStr:
     return SecretStr(value)
 
 
-async def _walk(args: argparse.Namespace) -> int:
-    if not AGENT_NAME.fullmatch(args.agent_name):
+def _hook(args: argparse.Namespace) -> Callable[[WalkEvent], None] | None:
+    if not args.events_json:
+        return None
+    return lambda event: print(json.dumps(event.as_json()), file=sys.stderr, flush=True)
+
+
+async def _with_walker(
+    args: argparse.Namespace, act: Callable[[Walker, PoolStore, Pool], Any]
+) -> Any:
+    """Open the pool, the store and (for walk and assign) the agent's client, then `act`."""
+    name = getattr(args, "agent_name", None)
+    if name is not None and not AGENT_NAME.fullmatch(name):
         msg = f"--agent-name must match {AGENT_NAME.pattern}"
         raise PoolFileError(msg)
     pool = load_pool(args.pool)
-    token = _read_token(args.agent_token_file)
+    token = _read_token(args.agent_token_file) if hasattr(args, "agent_url") else None
     store = await open_store(args.store or default_store_url())
+    client = AgentClient(args.agent_url, token) if token is not None else None
     try:
-        async with AgentClient(args.agent_url, token) as client:
-            await store.register_credentials(pool.infos)
-            walker = Walker(client, store, pool)
-            turn = WalkTurn(
-                agent=args.agent_name,
-                message=args.message,
-                interactive=args.interactive,
-                execution_id=args.execution_id,
-                timeout_s=args.timeout,
-            )
-            result = await walker.walk(turn)
+        await store.register_credentials(pool.infos)
+        clients = {name: client} if client is not None and name is not None else {}
+        walker = Walker(clients, store, pool, hook=_hook(args))
+        return await act(walker, store, pool)
     finally:
+        if client is not None:
+            await client.aclose()
         await store.close()
-    print(json.dumps(result.as_json(), indent=2) if args.json else _summary(result))
-    return {"served": EXIT_SERVED, "waiting_for_capacity": EXIT_WAITING}.get(
-        result.outcome, EXIT_FAILED
+
+
+async def _walk(args: argparse.Namespace) -> int:
+    turn = WalkTurn(
+        agent=args.agent_name,
+        message=args.message,
+        interactive=args.interactive,
+        execution_id=args.execution_id,
+        timeout_s=args.timeout,
+        rerun=args.rerun,
     )
+    result: WalkResult = await _with_walker(args, lambda walker, *_: walker.walk(turn))
+    print(json.dumps(result.as_json(), indent=2) if args.json else _summary(result))
+    return _BY_OUTCOME.get(result.outcome, EXIT_FAILED)
 
 
 def _summary(result: WalkResult) -> str:
@@ -135,9 +184,38 @@ async def _status(args: argparse.Namespace) -> int:
         snapshot = await store.snapshot()
     finally:
         await store.close()
-    rows = pool_rows(pool.infos, snapshot, utc_now())
+    now = utc_now()
     if args.json:
-        print(json.dumps([row.as_json() for row in rows], indent=2))
+        print(json.dumps(pool_status(pool.infos, snapshot, now), indent=2))
     else:
-        print(render_table(rows, snapshot))
+        print(render_table(pool_rows(pool.infos, snapshot, now), snapshot))
     return EXIT_SERVED
+
+
+async def _stop(args: argparse.Namespace) -> int:
+    stopped = await _with_walker(args, lambda walker, *_: walker.stop(args.agent_name))
+    _done(args, {"agent": args.agent_name, "cancelled_turns": stopped})
+    return EXIT_SERVED
+
+
+async def _assign(args: argparse.Namespace) -> int:
+    made = await _with_walker(
+        args, lambda walker, *_: walker.assign(args.agent_name, args.credential)
+    )
+    _done(
+        args, {"agent": made.agent, "credential": made.credential_id, "generation": made.generation}
+    )
+    return EXIT_SERVED
+
+
+async def _clear(args: argparse.Namespace) -> int:
+    await _with_walker(args, lambda walker, *_: walker.clear(args.credential))
+    _done(args, {"credential": args.credential, "cleared": True})
+    return EXIT_SERVED
+
+
+def _done(args: argparse.Namespace, said: dict[str, Any]) -> None:
+    print(json.dumps(said) if args.json else ", ".join(f"{k}: {v}" for k, v in said.items()))
+
+
+_COMMANDS = {"walk": _walk, "status": _status, "stop": _stop, "assign": _assign, "clear": _clear}

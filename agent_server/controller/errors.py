@@ -3,6 +3,7 @@
     ControllerError               anything this library raises
     ├── PoolFileError             the pool file is not one this library can use
     ├── StoreError                a store URL it does not know, or a store that failed
+    ├── UnknownAgent              the walker has no client for the agent a turn names
     ├── TransportError            no HTTP answer: refused, reset, closed, timed out
     ├── ProtocolError             a 2xx answer that is not the contract's JSON
     └── AgentError                a non-2xx answer: `status`, `error_code`, `message`,
@@ -32,6 +33,7 @@ from typing import Any
 import httpx
 from pydantic import ValidationError
 
+from agent_server.wire import codes
 from agent_server.wire.errors import TurnErrorDetail
 from agent_server.wire.instants import parse_instant
 from agent_server.wire.messages import is_container_fault
@@ -48,6 +50,10 @@ class PoolFileError(ControllerError):
 
 class StoreError(ControllerError):
     """A store URL this library does not know, or a store that failed."""
+
+
+class UnknownAgent(ControllerError):
+    """The walker was given no client for this agent."""
 
 
 class TransportError(ControllerError):
@@ -145,19 +151,20 @@ class AuthRefused(CredentialRefused):
 
 
 _BY_CODE: dict[str, type[AgentError]] = {
-    "token_required": RequestRejected,
-    "token_invalid": RequestRejected,
-    "payload_too_large": RequestRejected,
-    "spawn_too_large": RequestRejected,
-    "method_not_allowed": RequestRejected,
-    "http_error": RequestRejected,
-    "not_found": NotFound,
-    "no_retained_result": NotFound,
-    "generation_mismatch": GenerationMismatch,
-    "execution_in_progress": ExecutionInProgress,
-    "busy": Busy,
-    "persist_failed": AgentError,
-    "internal_error": AgentError,
+    codes.TOKEN_REQUIRED.code: RequestRejected,
+    codes.TOKEN_INVALID.code: RequestRejected,
+    codes.PAYLOAD_TOO_LARGE.code: RequestRejected,
+    codes.SPAWN_TOO_LARGE.code: RequestRejected,
+    codes.METHOD_NOT_ALLOWED.code: RequestRejected,
+    codes.HTTP_ERROR.code: RequestRejected,
+    codes.VALIDATION_FAILED.code: RequestRejected,
+    codes.NOT_FOUND.code: NotFound,
+    codes.NO_RETAINED_RESULT.code: NotFound,
+    codes.GENERATION_MISMATCH.code: GenerationMismatch,
+    codes.EXECUTION_IN_PROGRESS.code: ExecutionInProgress,
+    codes.BUSY.code: Busy,
+    codes.PERSIST_FAILED.code: AgentError,
+    codes.INTERNAL_ERROR.code: AgentError,
 }
 """The server's own refusals (contract §5.2) by code; a turn's codes are `_TURN_CODES`."""
 _TURN_CODES: dict[str, type[TurnFailed]] = {
@@ -170,12 +177,12 @@ _TURN_CODES: dict[str, type[TurnFailed]] = {
     OutcomeKind.AUTH.value: AuthRefused,
 }
 _BY_STATUS: dict[int, tuple[str, type[AgentError]]] = {
-    400: ("http_error", RequestRejected),
-    404: ("not_found", NotFound),
-    405: ("method_not_allowed", RequestRejected),
-    409: ("http_error", Conflict),
-    413: ("payload_too_large", RequestRejected),
-    422: ("validation_failed", RequestRejected),
+    400: (codes.HTTP_ERROR.code, RequestRejected),
+    404: (codes.NOT_FOUND.code, NotFound),
+    405: (codes.METHOD_NOT_ALLOWED.code, RequestRejected),
+    409: (codes.HTTP_ERROR.code, Conflict),
+    413: (codes.PAYLOAD_TOO_LARGE.code, RequestRejected),
+    422: (codes.VALIDATION_FAILED.code, RequestRejected),
 }
 """What an answer without a usable `error_code` is, by its status alone."""
 _LEGACY_SWITCH: dict[int, str] = {429: "rate_limit", 402: "billing", 503: "auth", 403: "auth"}
@@ -234,7 +241,7 @@ def _without_code(status: int, detail: object, applied: str | None, body: Any) -
             execution_log=None,
         )
         return _TURN_CODES[switch](turn, status, auth_override=applied, body=body)
-    code, kind = _BY_STATUS.get(status, ("http_error", AgentError))
+    code, kind = _BY_STATUS.get(status, (codes.HTTP_ERROR.code, AgentError))
     return kind(status, code, message, auth_override=applied, body=body)
 
 

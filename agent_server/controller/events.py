@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
+from agent_server.controller.clock import Clock
 from agent_server.wire.instants import format_instant
 
 logger = logging.getLogger("agent_server.controller")
@@ -31,6 +32,16 @@ class WalkPhase(StrEnum):
     SUPERSEDED = "superseded"
     SWITCHED_BACK = "switched_back"
     ASSIGNED = "assigned"
+    SWITCH_STARTED = "switch_started"
+    """The walk left the agent's assignment for another credential."""
+    STABILIZING = "stabilizing"
+    """A newly committed credential: a refusal now is an `immediate_hard_limit`."""
+    STABILIZED = "stabilized"
+    """A turn that started after the commit was served on it."""
+    CLEARED = "cleared"
+    """An operator forgot a credential's failures (a rotated token)."""
+    UNATTRIBUTED = "unattributed"
+    """The server ran a credential the pool does not know: nothing was blamed."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +56,19 @@ class WalkEvent:
     resets_at: datetime | None = None
     note: str | None = None
     """A few words of ours (the rung's reason, the trail): never text from the turn."""
+
+    def as_json(self) -> dict[str, str | None]:
+        """The event as JSON (the schema in docs/controller.md, "Events"): every value a
+        string or null, instants as `format_instant` writes them; never a secret."""
+        return {
+            "phase": self.phase.value,
+            "agent": self.agent,
+            "at": format_instant(self.at),
+            "credential": self.credential_id,
+            "error_code": self.error_code,
+            "resets_at": format_instant(self.resets_at),
+            "note": self.note,
+        }
 
     def line(self) -> str:
         """The event as one log line."""
@@ -72,3 +96,26 @@ def emit(hook: EventHook | None, event: WalkEvent) -> None:
         hook(event)
     except Exception:
         logger.exception("the walk's event hook failed on %s", event.phase.value)
+
+
+@dataclass(frozen=True)
+class Announcer:
+    """Stamps and emits the events of one walker (and of each walk it runs)."""
+
+    hook: EventHook | None
+    clock: Clock
+
+    def __call__(
+        self,
+        phase: WalkPhase,
+        agent: str,
+        credential_id: str | None = None,
+        *,
+        error_code: str | None = None,
+        resets_at: datetime | None = None,
+        note: str | None = None,
+    ) -> WalkEvent:
+        """Emit one event, stamped now; the event is returned for tests and callers."""
+        event = WalkEvent(phase, agent, self.clock(), credential_id, error_code, resets_at, note)
+        emit(self.hook, event)
+        return event

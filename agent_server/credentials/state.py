@@ -7,7 +7,6 @@ the whole old state or the whole new one (contract §4).
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -16,13 +15,8 @@ from types import MappingProxyType
 from pydantic import SecretStr
 
 from agent_server.spawn_env.layers import Overrides
+from agent_server.wire.fingerprint import fingerprint as fingerprint  # its home is the seam
 from agent_server.wire.names import CLAUDE_OAUTH, SUBSCRIPTION_SHADOW_KEYS
-
-
-def fingerprint(secret: SecretStr | str) -> str:
-    """`sha256:` + the first 12 hex digits of the secret's sha256 (safe to show)."""
-    value = secret.get_secret_value() if isinstance(secret, SecretStr) else secret
-    return "sha256:" + hashlib.sha256(value.encode()).hexdigest()[:12]
 
 
 def next_generation(previous: int | None = None) -> int:

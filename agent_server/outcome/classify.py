@@ -180,9 +180,7 @@ def _by_structure(
 ) -> OutcomeKind | None:
     """Rows 5-10 on the structured stream fields (and the CLI's model-rejection marker)."""
     codes, status = evidence.codes, evidence.status
-    zero_usage = not stream.input_tokens and not stream.output_tokens and not stream.cost_usd
-    unknown_model = zero_usage and any(m in facts.stderr for m in hints.model_rejection_markers)
-    if codes & MODEL_CODES or (status == 404 and codes & NOT_FOUND_TYPES) or unknown_model:
+    if codes & MODEL_CODES or (status == 404 and codes & NOT_FOUND_TYPES):
         return OutcomeKind.MODEL_UNSUPPORTED
     rejected = stream.rate_limit_info is not None and (
         stream.rate_limit_info.get("status") == "rejected"
@@ -195,6 +193,11 @@ def _by_structure(
         return OutcomeKind.AUTH
     if codes & UPSTREAM_CODES or (status is not None and 500 <= status <= 599):
         return OutcomeKind.UPSTREAM_UNAVAILABLE
+    # The CLI marks any failure of a model it does not know (a gateway's `glm-4.6` too):
+    # weaker evidence than what the API said, so it is read only when the API said nothing.
+    zero_usage = not stream.input_tokens and not stream.output_tokens and not stream.cost_usd
+    if zero_usage and any(m in facts.stderr for m in hints.model_rejection_markers):
+        return OutcomeKind.MODEL_UNSUPPORTED
     if stream.terminal_reason in MAX_TURN_REASONS or stream.subtype in MAX_TURN_REASONS:
         return OutcomeKind.MAX_TURNS
     return None

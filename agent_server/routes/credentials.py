@@ -15,12 +15,13 @@ from agent_server.redaction.redactor import Redactor
 from agent_server.routes.requests import parse_json
 from agent_server.routes.respond import answer
 from agent_server.spawn_env.builder import SpawnEnvBuilder
+from agent_server.wire import codes
 from agent_server.wire.credentials import ReloadTokenRequest, ReloadTokenResponse
 from agent_server.wire.values import token_problem
 
 logger = logging.getLogger("agent_server.credentials")
 
-RELOAD_INVALID = "validation_failed"
+RELOAD_INVALID = codes.VALIDATION_FAILED.code
 """The reload metric's result for a body that fails validation (422)."""
 
 

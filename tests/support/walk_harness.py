@@ -16,15 +16,15 @@ from pydantic import SecretStr
 from agent_server.controller.client import AgentClient
 from agent_server.controller.clock import utc_now
 from agent_server.controller.events import WalkEvent
-from agent_server.controller.pool_file import Pool, parse_pool
-from agent_server.controller.store import PoolStore, open_store
-from agent_server.controller.walk import Walker
-from agent_server.controller.walk_result import WalkResult
+from agent_server.controller.pool.file import Pool, parse_pool
+from agent_server.controller.result import WalkResult
+from agent_server.controller.stores.base import PoolStore, open_store
+from agent_server.controller.walker import Walker
 from tests.conftest import SecretRegistry
 from tests.e2e.conftest import TurnServers
 from tests.support.messages_api import QUIET_CLI, MessagesApiStandIn, require_real_cli
 from tests.support.messages_api import ScenarioCredentials as Credentials
-from tests.support.server import CONTROLLER_TOKEN, ServerProcess
+from tests.support.server import CONTROLLER_TOKEN, REPO, ServerProcess
 
 HOUR = 3600
 
@@ -43,6 +43,9 @@ def api_fixture() -> Iterator[MessagesApiStandIn]:
 @pytest.fixture(scope="module", name="cli_env")
 def cli_env_fixture(api: MessagesApiStandIn) -> dict[str, str]:
     return {
+        # The server runs this checkout's package (the venv's editable install may be
+        # another worktree's): the walk's tests exercise the server beside them.
+        "PYTHONPATH": str(REPO),
         "AGENT_SERVER_RUNTIME_COMMAND": str(require_real_cli()),
         "ANTHROPIC_BASE_URL": api.base_url,
         **QUIET_CLI,
@@ -61,13 +64,19 @@ def creds_fixture(secret_registry: SecretRegistry) -> Credentials:
     return Credentials(secret_registry, "walk")
 
 
-def make_pool(*entries: tuple[str, str, str], gateway_url: str = "", opt_out: str = "") -> Pool:
+def make_pool(
+    *entries: tuple[str, str, str],
+    gateway_url: str = "",
+    gateway_model: str | None = None,
+    opt_out: str = "",
+) -> Pool:
     """A pool of (id, kind, secret) whose secrets come from variables, as a file's would."""
     environ = {f"POOL_{n}": secret for n, (_, _, secret) in enumerate(entries)}
     document: dict[str, Any] = {
         "credential": [
             {"id": ident, "kind": kind, "secret_env": f"POOL_{n}"}
             | ({"base_url": gateway_url} if kind == "gateway" else {})
+            | ({"model": gateway_model} if kind == "gateway" and gateway_model else {})
             for n, (ident, kind, _) in enumerate(entries)
         ],
         "agent": {opt_out: {"api_key": False}} if opt_out else {},
@@ -89,13 +98,14 @@ async def walking(
     client = AgentClient(base_url, SecretStr(CONTROLLER_TOKEN))
     try:
         await store.register_credentials(pool.infos)
-        yield Walker(client, store, pool, clock=clock, hook=events.append), store
+        # One server answers for every agent name these tests walk.
+        yield Walker(lambda _agent: client, store, pool, clock=clock, hook=events.append), store
     finally:
         await client.aclose()
         await store.close()
 
 
-def attempts(result: WalkResult) -> list[tuple[str, str | None]]:
+def attempts(result: WalkResult) -> list[tuple[str | None, str | None]]:
     return [(attempt.credential_id, attempt.error_code) for attempt in result.trail]
 
 

@@ -388,6 +388,31 @@ def test_a_result_event_outranks_a_signal_exit() -> None:
             id="an unrecognized model that used tokens was served by a gateway",
         ),
         pytest.param(
+            [result_line(is_error=True, api_error_status=429, result="busy", total_cost_usd=0,
+                         usage={"input_tokens": 0, "output_tokens": 0})],
+            '[claude-code:unrecognized_model] {"model":"glm-4.6"}', OutcomeKind.RATE_LIMIT,
+            id="a gateway's 429 to a model the CLI does not know is the gateway's rate limit",
+        ),
+        pytest.param(
+            [result_line(is_error=True, api_error_status=401, result="no", total_cost_usd=0,
+                         usage={"input_tokens": 0, "output_tokens": 0})],
+            '[claude-code:unrecognized_model] {"model":"glm-4.6"}', OutcomeKind.AUTH,
+            id="a gateway's 401 to a model the CLI does not know is the gateway's auth",
+        ),
+        pytest.param(
+            [result_line(is_error=True, api_error_status=402, result="no", total_cost_usd=0,
+                         usage={"input_tokens": 0, "output_tokens": 0})],
+            '[claude-code:unrecognized_model] {"model":"glm-4.6"}', OutcomeKind.BILLING,
+            id="a gateway's 402 to a model the CLI does not know is the gateway's billing",
+        ),
+        pytest.param(
+            [result_line(is_error=True, api_error_status=503, result="no", total_cost_usd=0,
+                         usage={"input_tokens": 0, "output_tokens": 0})],
+            '[claude-code:unrecognized_model] {"model":"glm-4.6"}',
+            OutcomeKind.UPSTREAM_UNAVAILABLE,
+            id="a gateway's 503 to a model the CLI does not know is the gateway's outage",
+        ),
+        pytest.param(
             [api_error_assistant("limit", error="rate_limit"), result_line(is_error=True)],
             "", OutcomeKind.RATE_LIMIT,
             id="assistant error rate_limit is a rate limit",

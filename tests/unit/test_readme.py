@@ -21,18 +21,20 @@ def _layout() -> list[str]:
 
 def named_modules() -> set[str]:
     """Every `folder/module.py` the block names: the package's lines are indented under
-    `agent_server/`; a folder's modules are on its line or the lines indented under it,
-    the package's own modules at the top level."""
+    `agent_server/`; a folder's modules are on its line or the lines indented under it
+    (a subfolder's likewise, one level deeper), the package's own modules at the top level."""
     named: set[str] = set()
-    folder = ""
+    folder = sub = ""
     for line in _layout()[1:]:  # the first line is `agent_server/`
         indent = len(line) - len(line.lstrip())
         if indent <= 4:
             break  # tests/, bench/, …: past the package
         found = _FOLDER.match(line)
         if indent == 6:
-            folder = found.group(2) if found else ""
-        prefix = f"{folder}/" if folder else ""
+            folder, sub = (found.group(2) if found else ""), ""
+        elif indent == 8:  # a folder's own subfolder (controller/pool/), or one of its modules
+            sub = found.group(2) if found else ""
+        prefix = "".join(f"{part}/" for part in (folder, sub) if part)
         named.update(prefix + module for module in _MODULE.findall(line))
     return named
 

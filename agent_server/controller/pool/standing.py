@@ -6,6 +6,10 @@ Two questions are kept apart, as they answer different people:
 - `failed_recently`: did it fail in the skip window, with no evidence since that it
   serves again? (the walk's skip list)
 
+A wall is remembered until it falls: a credential refused with a known reset is
+offered to no turn before that reset (`walled`), however long ago the refusal was,
+unless a fresh reading since says it serves.
+
 Readmission needs evidence: a fresh reading, taken after the failure, that says the
 provider serves it; or the window that refused it (known at the failure, from the
 failure's reset or a reading taken by then) having reset since. No evidence readmits
@@ -19,7 +23,7 @@ from datetime import datetime, timedelta
 from types import MappingProxyType
 from typing import NamedTuple
 
-from agent_server.controller.pool_state import (
+from agent_server.controller.pool.state import (
     CredentialInfo,
     Failure,
     FailureKind,
@@ -35,6 +39,7 @@ REFUSAL_WINDOWS: dict[FailureKind, timedelta] = {
     "auth": timedelta(hours=2),
     "billing": timedelta(hours=2),
     "rate_limit": timedelta(minutes=5),
+    "immediate_hard_limit": timedelta(hours=2),
 }
 """The platform key (and the gateway) is not offered again this long after a refusal."""
 FRESH_READING = timedelta(minutes=15)
@@ -115,6 +120,22 @@ def readmitted(standing: Standing, now: datetime) -> bool:
     return reset is not None and failure.at < reset <= now
 
 
+def walled(standing: Standing, now: datetime) -> datetime | None:
+    """The reset of the wall it stands behind: refused with a known reset still ahead,
+    and no fresh reading since that says it serves. A walled credential is offered to no
+    turn (not first, not ranked, not as a last resort) before that reset."""
+    limit = standing.failures.get("rate_limit")
+    if limit is None:
+        return None
+    reset = blocking_reset(standing, limit)
+    if reset is None or not limit.at < reset or reset <= now:
+        return None
+    reading = fresh(standing.reading, now)
+    if reading is not None and reading.at > limit.at and serving(reading, now):
+        return None
+    return reset
+
+
 def failed_recently(standing: Standing, now: datetime) -> bool:
     """The skip question: a failure of any kind in the skip window, not readmitted since."""
     failure = standing.last_failure
@@ -162,12 +183,14 @@ def fullness(reading: Reading | None, now: datetime) -> float | None:
     return max((use for use in uses if use is not None), default=None)
 
 
-def headroom_key(standing: Standing, now: datetime) -> tuple[bool, int, int, str]:
-    """Ranking: measured before unmeasured, then the fuller window in 10-point bands,
-    then fewest agents, then the id."""
+def headroom_key(standing: Standing, now: datetime) -> tuple[int, int, int, str]:
+    """Ranking: measured with room first, then unmeasured, then measured full (a window
+    at or over 100%); within each, the fuller window in 10-point bands, then fewest
+    agents, then the id."""
     full = None if standing.reading is None else fullness(standing.reading, now)
     band = 0 if full is None else min(int(full * 10 + 1e-9), 10)
-    return (full is None, band, standing.agents, standing.info.id)
+    group = 1 if full is None else (2 if full >= 1.0 else 0)
+    return (group, band, standing.agents, standing.info.id)
 
 
 def refused_recently(standing: Standing, now: datetime) -> bool:
@@ -175,17 +198,3 @@ def refused_recently(standing: Standing, now: datetime) -> bool:
     return any(
         now - failure.at < REFUSAL_WINDOWS[kind] for kind, failure in standing.failures.items()
     )
-
-
-def earliest_reset(standings: list[Standing], now: datetime) -> datetime | None:
-    """The first instant ahead at which one of these credentials is known to serve again."""
-    ahead = []
-    for standing in standings:
-        limit = standing.failures.get("rate_limit")
-        reset = blocking_reset(standing, limit) if limit is not None else None
-        reading = fresh(standing.reading, now)
-        if reading is not None and refusing(reading, now) and reading.resets_at is not None:
-            reset = max(reset, reading.resets_at) if reset is not None else reading.resets_at
-        if reset is not None and reset > now:
-            ahead.append(reset)
-    return min(ahead, default=None)

@@ -14,10 +14,10 @@ import pytest
 
 from agent_server.controller.clock import utc_now
 from agent_server.controller.events import WalkEvent, WalkPhase
-from agent_server.controller.pool_state import Failure, ScheduledRetry
+from agent_server.controller.pool.state import Failure, ScheduledRetry
 from agent_server.controller.retries import RetryScheduler
-from agent_server.controller.store import open_store
-from agent_server.controller.walk_result import WalkTurn
+from agent_server.controller.stores.base import open_store
+from agent_server.controller.turn import WalkTurn
 from tests.support.messages_api import Headroom, MessagesApiStandIn, fingerprint
 from tests.support.server import ServerProcess
 from tests.support.walk_harness import (  # noqa: F401 - the *_fixture names are fixtures
@@ -131,16 +131,17 @@ async def test_all_exhausted_waits_for_capacity_with_one_retry_across_a_restart(
         result.trail_text()
     ]
 
-    # The controller restarts: a new walker on the same store.
+    # The controller restarts: a new walker on the same store walks the same turn again.
     before = len(api.message_requests)
+    turn_ref = result.execution_id
     async with walking(agent, pool, url, []) as (walker, store):
-        again = await walker.walk(WalkTurn("agent-dry", "hi"))
+        again = await walker.walk(WalkTurn("agent-dry", "hi", execution_id=turn_ref))
         retries = (await store.snapshot()).retries
     assert (again.outcome, again.trail) == ("waiting_for_capacity", ())
     assert seen(api, before) == []
-    assert list(retries) == ["agent-dry"]
+    assert list(retries) == [turn_ref]  # the turn's one retry, replaced
     assert again.retry is not None
-    assert retries["agent-dry"].retry_id == again.retry.retry_id
+    assert retries[turn_ref].retry_id == again.retry.retry_id
 
     # Two controller processes arm the retry the store holds, each twice: it runs once.
     runs: list[ScheduledRetry] = []
@@ -152,10 +153,10 @@ async def test_all_exhausted_waits_for_capacity_with_one_retry_across_a_restart(
     stores = [await open_store(url), await open_store(url)]
     schedulers = [RetryScheduler(s, run, clock=lambda: later) for s in stores]
     try:
-        held = (await stores[0].snapshot()).retries["agent-dry"]
+        held = (await stores[0].snapshot()).retries[turn_ref]
         for scheduler in schedulers + schedulers:
             scheduler.arm(held)
-        assert [s.armed for s in schedulers] == [{"agent-dry": held.retry_id}] * 2
+        assert [s.armed for s in schedulers] == [{turn_ref: held.retry_id}] * 2
         for _ in range(300):
             if runs:
                 break
@@ -207,7 +208,8 @@ async def test_a_hundred_turns_over_two_exhausted_subscriptions_never_flip_the_a
     assert (assignment.credential_id, assignment.generation) == ("a", 1)
     assert not [e for e in events if e.phase in (WalkPhase.COMMITTED, WalkPhase.COMMIT_LOST)]
     assert agent.status()["generation"] == generation
-    assert list(retries) == ["agent-pingpong"]
+    assert {retry.agent for retry in retries.values()} == {"agent-pingpong"}
+    assert len(retries) == 100  # each waiting turn keeps its own retry
     assert_quiet(events, creds)
 
 

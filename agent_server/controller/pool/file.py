@@ -15,9 +15,10 @@
     [agent.ci-bot]
     api_key = false                # this agent never falls back to the platform key
 
-A secret is never written in the file: `secret = …` is refused. Order matters: the
-first subscription is the one a new agent is assigned. At most one `api_key` and one
-`gateway`; ids are unique. Every error names the entry and the key, never a value.
+A secret is never written in the file: `secret = …` is refused. At most one `api_key`
+and one `gateway`; ids are unique. Every error names the entry and the key, never a
+value. A controller that keeps its credentials elsewhere (a database) builds the same
+pool in code with `build_pool`, which checks it the same way.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -34,7 +35,8 @@ from typing import Any
 from pydantic import SecretStr
 
 from agent_server.controller.errors import PoolFileError
-from agent_server.controller.pool_state import CREDENTIAL_KINDS, CredentialInfo, CredentialKind
+from agent_server.controller.pool.state import CREDENTIAL_KINDS, CredentialInfo, CredentialKind
+from agent_server.wire.fingerprint import fingerprint
 from agent_server.wire.turns import AuthOverride, ProviderOverride
 from agent_server.wire.values import check_url, secret_problem
 
@@ -92,6 +94,22 @@ class Pool:
         """The subscriptions, in file order."""
         return tuple(c for c in self.credentials if c.kind == "subscription")
 
+    def credential(self, credential_id: str) -> PoolCredential:
+        """The credential with this id; `PoolFileError` when the pool has none."""
+        found = self._by_id.get(credential_id)
+        if found is None:
+            msg = f"{credential_id!r} is not in the pool"
+            raise PoolFileError(msg)
+        return found
+
+    def by_fingerprint(self, said: str) -> PoolCredential | None:
+        """The credential whose secret has this fingerprint (what a server reports)."""
+        return self._fingerprints.get(said)
+
+    @cached_property
+    def _fingerprints(self) -> dict[str, PoolCredential]:
+        return {fingerprint(c.secret): c for c in self.credentials}
+
     @cached_property  # the walk reads it on every rung; a pool may hold a thousand
     def infos(self) -> tuple[CredentialInfo, ...]:
         """Every credential's id and kind, in file order."""
@@ -122,18 +140,54 @@ def parse_pool(document: Mapping[str, Any], environ: Mapping[str, str], base: Pa
         msg = "pool file: no [[credential]] entries"
         raise PoolFileError(msg)
     credentials = tuple(_credential(n, e, environ, base) for n, e in enumerate(entries, 1))
+    return _checked(credentials, _opt_outs(document.get("agent", {})), "pool file")
+
+
+def build_pool(
+    credentials: Iterable[PoolCredential], *, api_key_opt_outs: Iterable[str] = ()
+) -> Pool:
+    """A pool built in code (from a database, a secret manager), checked as the pool file
+    is: each id, kind, gateway URL and secret, unique ids, a subscription, at most one
+    key and one gateway, agent names. `PoolFileError` names the entry, never a value."""
+    credentials = tuple(credentials)
+    for credential in credentials:
+        where = f"pool: credential {credential.id!r}"
+        if not isinstance(credential.id, str) or not CREDENTIAL_ID.fullmatch(credential.id):
+            msg = f"pool: credential id must match {CREDENTIAL_ID.pattern}"
+            raise PoolFileError(msg)
+        _check_entry(where, credential.kind, credential.base_url, credential.model)
+        if not isinstance(credential.secret, SecretStr):
+            msg = f"{where}: the secret must be a SecretStr"
+            raise PoolFileError(msg)
+        problem = secret_problem(credential.secret.get_secret_value())
+        if problem is not None:
+            msg = f"{where}: the secret {problem}"
+            raise PoolFileError(msg)
+    opt_outs = frozenset(api_key_opt_outs)
+    for name in sorted(opt_outs):
+        if not isinstance(name, str) or not AGENT_NAME.fullmatch(name):
+            msg = f"pool: agent {name!r} must be named like {AGENT_NAME.pattern}"
+            raise PoolFileError(msg)
+    return _checked(credentials, opt_outs, "pool")
+
+
+def _checked(credentials: tuple[PoolCredential, ...], opt_outs: frozenset[str], where: str) -> Pool:
+    """The checks of the pool as a whole, for a file and a pool built in code alike."""
+    if not credentials:
+        msg = f"{where}: no credentials"
+        raise PoolFileError(msg)
     ids = [c.id for c in credentials]
     if len(set(ids)) != len(ids):
-        msg = f"pool file: duplicate credential ids {sorted({i for i in ids if ids.count(i) > 1})}"
+        msg = f"{where}: duplicate credential ids {sorted({i for i in ids if ids.count(i) > 1})}"
         raise PoolFileError(msg)
     if not any(c.kind == "subscription" for c in credentials):
-        msg = "pool file: no subscription (an agent is assigned the first one)"
+        msg = f"{where}: no subscription (an agent is assigned one)"
         raise PoolFileError(msg)
     for kind in ("api_key", "gateway"):
         if sum(c.kind == kind for c in credentials) > 1:
-            msg = f"pool file: more than one {kind} (the walk has one {kind} rung)"
+            msg = f"{where}: more than one {kind} (the walk has one {kind} rung)"
             raise PoolFileError(msg)
-    return Pool(credentials, _opt_outs(document.get("agent", {})))
+    return Pool(credentials, opt_outs)
 
 
 def _credential(
@@ -155,17 +209,24 @@ def _credential(
         msg = f"{where}: id must match {CREDENTIAL_ID.pattern}"
         raise PoolFileError(msg)
     where = f"pool file: credential {ident!r}"
-    if kind not in CREDENTIAL_KINDS:
+    base_url, model = entry.get("base_url"), entry.get("model")
+    checked = _check_entry(where, kind, base_url, model)
+    secret = _secret(where, entry, environ, base)
+    return PoolCredential(ident, checked, secret, base_url, model)
+
+
+def _check_entry(where: str, kind: object, base_url: object, model: object) -> CredentialKind:
+    """A credential's kind, and a gateway's URL and model (which only a gateway has)."""
+    checked = next((known for known in CREDENTIAL_KINDS if known == kind), None)
+    if checked is None:
         msg = f"{where}: kind must be one of {', '.join(CREDENTIAL_KINDS)}"
         raise PoolFileError(msg)
-    base_url, model = entry.get("base_url"), entry.get("model")
-    if kind == "gateway":
+    if checked == "gateway":
         _check_gateway(where, base_url, model)
     elif base_url is not None or model is not None:
         msg = f"{where}: base_url and model belong to a gateway"
         raise PoolFileError(msg)
-    secret = _secret(where, entry, environ, base)
-    return PoolCredential(ident, kind, secret, base_url, model)
+    return checked
 
 
 def _check_gateway(where: str, base_url: object, model: object) -> None:

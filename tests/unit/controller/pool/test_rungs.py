@@ -7,7 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from agent_server.controller.pool_state import (
+from agent_server.controller.pool.rungs import PoolView, TurnContext, plan_rungs
+from agent_server.controller.pool.state import (
     Assignment,
     CredentialInfo,
     Failure,
@@ -15,7 +16,6 @@ from agent_server.controller.pool_state import (
     Reading,
     WindowUse,
 )
-from agent_server.controller.rungs import PoolView, TurnContext, plan_rungs
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 MIN = timedelta(minutes=1)
@@ -55,6 +55,8 @@ class Case:
     legacy: bool = False
     api_key_allowed: bool = True
     gateway_until: datetime | None = None
+    assigned_at: datetime = NOW - timedelta(days=1)
+    """Long before every failure of a case, unless the case says otherwise."""
 
     def plan(self) -> list[str]:
         by_credential: dict[str, dict[str, Failure]] = {}
@@ -66,7 +68,7 @@ class Case:
             for n in range(count)
         }
         if self.assigned:
-            assignments["agent"] = Assignment("agent", self.assigned, 4, NOW)
+            assignments["agent"] = Assignment("agent", self.assigned, 4, self.assigned_at)
         snapshot = PoolSnapshot(
             assignments=assignments,
             failures=by_credential,  # type: ignore[arg-type]
@@ -106,8 +108,44 @@ CASES = [
     ),
     pytest.param(
         Case(failures=(failed("a", "rate_limit", 5, reset_in=60),), interactive=True),
+        ["b:headroom", "c:headroom", "key:api_key", "gw:gateway"],
+        id="interactive: an assignment behind a known reset is no last resort either",
+    ),
+    pytest.param(
+        Case(
+            failures=(failed("a", "rate_limit", 5, reset_in=60 * 24),),
+            assigned_at=NOW - 1 * MIN,
+        ),
+        ["a:assigned", "b:headroom", "c:headroom", "key:api_key", "gw:gateway"],
+        id="an assignment made after its failure (an operator's choice) goes first, wall or not",
+    ),
+    pytest.param(
+        Case(failures=(failed("a", "rate_limit", 5),), interactive=True),
         ["b:headroom", "c:headroom", "a:last_resort", "key:api_key", "gw:gateway"],
-        id="interactive: the rate-limited assignment is a last resort",
+        id="interactive: a rate limit with no reset known is a last resort",
+    ),
+    pytest.param(
+        Case(failures=(failed("b", "rate_limit", 3 * 60, reset_in=10 * 24 * 60),)),
+        ["a:assigned", "c:headroom", "key:api_key", "gw:gateway"],
+        id="a wall 10 days high is remembered past the skip window",
+    ),
+    pytest.param(
+        Case(failures=(failed("b", "rate_limit", 40, reset_in=10 * 24 * 60),), interactive=True),
+        ["a:assigned", "c:headroom", "key:api_key", "gw:gateway"],
+        id="a walled credential is no last resort, however old its failure",
+    ),
+    pytest.param(
+        Case(
+            failures=(failed("b", "rate_limit", 40, reset_in=10 * 24 * 60),),
+            readings=(measured("b", 0.2, minutes_ago=1),),
+        ),
+        ["a:assigned", "b:headroom", "c:headroom", "key:api_key", "gw:gateway"],
+        id="a fresh reading that serves, taken after the refusal, brings the wall down",
+    ),
+    pytest.param(
+        Case(failures=(failed("key", "rate_limit", 10, reset_in=60),)),
+        ["a:assigned", "b:headroom", "c:headroom", "gw:gateway"],
+        id="a key behind a known reset is not offered past its 5-minute refusal window",
     ),
     pytest.param(
         Case(readings=(measured("a", 1.0, status="rejected"),)),

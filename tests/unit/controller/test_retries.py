@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from agent_server.controller.events import WalkEvent, WalkPhase
-from agent_server.controller.pool_state import ScheduledRetry
+from agent_server.controller.pool.state import ScheduledRetry
 from agent_server.controller.retries import RetryScheduler
-from agent_server.controller.store import open_store
+from agent_server.controller.stores.base import open_store
 from tests.support.redis_server import (  # noqa: F401 - fixtures
     redis_server,
     store_url_fixture,
@@ -54,7 +54,7 @@ async def test_two_controllers_armed_twice_run_the_retry_once(store_url: str) ->
     try:
         assert await first.arm_all() == 1
         assert await first.arm_all() == 1
-        assert first.armed == {"agent": "r1"}
+        assert first.armed == {"t": "r1"}
         assert await second.arm_all() == 1
         await _settle(runs, 1)
         assert [r.retry_id for r in runs] == ["r1"]
@@ -66,27 +66,51 @@ async def test_two_controllers_armed_twice_run_the_retry_once(store_url: str) ->
             await opened.close()
 
 
-async def test_a_new_assignment_supersedes_the_retry(store_url: str) -> None:
-    """A retry scheduled under an older assignment generation does not run."""
+async def test_two_waiting_turns_of_one_agent_both_run(store_url: str) -> None:
+    """Each waiting turn keeps its own retry: both run, neither replaces the other."""
     store = await open_store(store_url)
-    await store.compare_and_set_assignment("agent", "sub-a", expected_generation=None, at=NOW)
-    await store.compare_and_set_assignment("agent", "sub-b", expected_generation=1, at=NOW)
-    await store.schedule_retry(_retry("r1", 1, due_in_s=0))
+    first, second = _retry("r1", 1, 0.05), replace(_retry("r2", 1, 0.1), turn_ref="t2")
+    await store.schedule_retry(first)
+    await store.schedule_retry(second)
     runs: list[ScheduledRetry] = []
-    events: list[WalkEvent] = []
 
     async def run(retry: ScheduledRetry) -> None:
         runs.append(retry)
 
-    scheduler = RetryScheduler(store, run, clock=lambda: NOW, hook=events.append)
+    scheduler = RetryScheduler(store, run, clock=lambda: NOW)
     try:
-        await scheduler.arm_all()
-        await _settle(runs, 0)
-        assert runs == []
-        assert [e.phase for e in events] == [WalkPhase.SUPERSEDED]
+        assert await scheduler.arm_all() == 2
+        await _settle(runs, 2)
+        assert sorted(r.turn_ref for r in runs) == ["t", "t2"]
         assert (await store.snapshot()).retries == {}
     finally:
         await scheduler.close()
+        await store.close()
+
+
+async def test_a_claim_whose_controller_died_runs_again_once(store_url: str) -> None:
+    """A controller claimed the retry and died: the retry stays; the next start arms it
+    for the lease's end, and it runs once."""
+    store = await open_store(store_url)
+    clock = [NOW]
+    await store.schedule_retry(_retry("r1", 1, 0))
+    assert await store.claim_retry("t", "r1", at=NOW, until=NOW + timedelta(seconds=0.3))
+    runs: list[ScheduledRetry] = []
+
+    async def run(retry: ScheduledRetry) -> None:
+        runs.append(retry)
+
+    restarted = RetryScheduler(store, run, clock=lambda: clock[0])
+    try:
+        assert await restarted.arm_all() == 1
+        await asyncio.sleep(0.1)
+        assert runs == []  # the claim holds: its controller may be alive
+        clock[0] = NOW + timedelta(seconds=0.3)
+        await _settle(runs, 1)
+        assert [r.retry_id for r in runs] == ["r1"]
+        assert (await store.snapshot()).retries == {}
+    finally:
+        await restarted.close()
         await store.close()
 
 
@@ -109,6 +133,30 @@ async def test_a_replaced_retry_never_runs(store_url: str) -> None:
         await _settle(runs, 1)
         await asyncio.sleep(0.2)
         assert [r.retry_id for r in runs] == ["new"]
+    finally:
+        await scheduler.close()
+        await store.close()
+
+
+async def test_a_run_that_raises_keeps_its_claim_and_runs_again(store_url: str) -> None:
+    """The controller's callback fails: the retry stays in the store, claimed, and is run
+    again once the claim's lease ends (at least once)."""
+    store = await open_store(store_url)
+    await store.schedule_retry(_retry("r1", 1, 0))
+    runs: list[ScheduledRetry] = []
+
+    async def run(retry: ScheduledRetry) -> None:
+        runs.append(retry)
+        if len(runs) == 1:
+            msg = "the controller's own turn store is down"
+            raise RuntimeError(msg)
+
+    scheduler = RetryScheduler(store, run, lease=timedelta(seconds=0.2))
+    try:
+        await scheduler.arm_all()
+        await _settle(runs, 2)
+        assert [r.retry_id for r in runs] == ["r1", "r1"]
+        assert (await store.snapshot()).retries == {}
     finally:
         await scheduler.close()
         await store.close()

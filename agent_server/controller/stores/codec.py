@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from dataclasses import replace
 from datetime import datetime
 from typing import Any, cast
 
 from agent_server.controller.clock import from_micros, to_micros
-from agent_server.controller.pool_state import (
+from agent_server.controller.pool.state import (
     FAILURE_KINDS,
     Assignment,
     Failure,
@@ -123,6 +124,7 @@ def encode_retry(retry: ScheduledRetry) -> str:
     """A scheduled retry as the stores keep it."""
     return json.dumps(
         {
+            "agent": retry.agent,
             "retry_id": retry.retry_id,
             "due_at": to_micros(retry.due_at),
             "assignment_generation": retry.assignment_generation,
@@ -132,11 +134,16 @@ def encode_retry(retry: ScheduledRetry) -> str:
     )
 
 
-def decode_retry(agent: str, text: str) -> ScheduledRetry:
+def with_claim(retry: ScheduledRetry, claimed_us: int | None) -> ScheduledRetry:
+    """`retry` with the claim a store keeps beside it (microseconds, or none)."""
+    return replace(retry, claimed_until=instant(claimed_us))
+
+
+def decode_retry(text: str) -> ScheduledRetry:
     """A scheduled retry back from `encode_retry`."""
     data = json.loads(text)
     return ScheduledRetry(
-        agent,
+        data["agent"],
         data["retry_id"],
         from_micros(data["due_at"]),
         data.get("assignment_generation"),

@@ -18,18 +18,10 @@ import redis.asyncio as redis
 from redis.exceptions import RedisError
 
 from agent_server.controller.clock import from_micros, to_micros
-from agent_server.controller.codec import (
-    decode_assignment,
-    decode_failures,
-    decode_reading,
-    decode_retry,
-    encode_failure,
-    encode_reading,
-    encode_retry,
-)
 from agent_server.controller.errors import StoreError
-from agent_server.controller.pool_state import (
+from agent_server.controller.pool.state import (
     CREDENTIAL_KINDS,
+    FAILURE_KINDS,
     Assignment,
     CredentialInfo,
     Failure,
@@ -37,11 +29,29 @@ from agent_server.controller.pool_state import (
     Reading,
     ScheduledRetry,
 )
+from agent_server.controller.stores.codec import (
+    decode_assignment,
+    decode_failures,
+    decode_reading,
+    decode_retry,
+    encode_failure,
+    encode_reading,
+    encode_retry,
+    with_claim,
+)
 
 PREFIX = "agent-server:pool:"
-CREDENTIALS, ASSIGNMENTS, FAILURES, READINGS, COOLDOWNS, RETRIES = (
+CREDENTIALS, ASSIGNMENTS, FAILURES, READINGS, COOLDOWNS, RETRIES, CLAIMS = (
     PREFIX + name
-    for name in ("credentials", "assignments", "failures", "readings", "gateway", "retries")
+    for name in (
+        "credentials",
+        "assignments",
+        "failures",
+        "readings",
+        "gateway",
+        "turn-retries",  # by turn; the one-an-agent `retries` hash of old is not read
+        "claims",
+    )
 )
 _FIELD_SEPARATOR = "\t"
 
@@ -69,8 +79,20 @@ _TAKE_RETRY = """
 local raw = redis.call('HGET', KEYS[1], ARGV[1])
 if not raw or cjson.decode(raw)['retry_id'] ~= ARGV[2] then return 0 end
 redis.call('HDEL', KEYS[1], ARGV[1])
+redis.call('HDEL', KEYS[2], ARGV[1])
 return 1
 """
+"""KEYS: retries, claims. ARGV: the turn, the retry id."""
+_CLAIM_RETRY = """
+local raw = redis.call('HGET', KEYS[1], ARGV[1])
+if not raw or cjson.decode(raw)['retry_id'] ~= ARGV[2] then return 0 end
+local held = redis.call('HGET', KEYS[2], ARGV[1])
+if held and tonumber(held) > tonumber(ARGV[3]) then return 0 end
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[4])
+return 1
+"""
+"""KEYS: retries, claims. ARGV: the turn, the retry id, now and the lease's end (us).
+Instants below 2^53 us compare exactly as Lua numbers; they are kept as text."""
 
 
 class RedisStore:
@@ -81,6 +103,7 @@ class RedisStore:
         self._compare_and_set = client.register_script(_COMPARE_AND_SET)
         self._keep_newer = client.register_script(_KEEP_NEWER)
         self._take_retry = client.register_script(_TAKE_RETRY)
+        self._claim_retry = client.register_script(_CLAIM_RETRY)
 
     @classmethod
     async def open(cls, url: str) -> RedisStore:
@@ -119,9 +142,10 @@ class RedisStore:
     async def snapshot(self) -> PoolSnapshot:
         """Everything a walk reads, in one MULTI/EXEC."""
         async with self._redis.pipeline(transaction=True) as pipe:
-            for key in (ASSIGNMENTS, FAILURES, READINGS, COOLDOWNS, RETRIES):
+            for key in (ASSIGNMENTS, FAILURES, READINGS, COOLDOWNS, RETRIES, CLAIMS):
                 pipe.hgetall(key)
-            assignments, failures, readings, cooldowns, retries = await self._call(pipe.execute())
+            answered = await self._call(pipe.execute())
+        assignments, failures, readings, cooldowns, retries, claims = answered
         return PoolSnapshot(
             assignments={a: decode_assignment(a, body) for a, body in assignments.items()},
             failures=decode_failures(
@@ -129,7 +153,10 @@ class RedisStore:
             ),
             readings={c: decode_reading(c, body) for c, body in readings.items()},
             gateway_until={a: from_micros(int(us)) for a, us in cooldowns.items()},
-            retries={a: decode_retry(a, body) for a, body in retries.items()},
+            retries={
+                turn: with_claim(decode_retry(body), _micros(claims.get(turn)))
+                for turn, body in retries.items()
+            },
         )
 
     async def assignment(self, agent: str) -> Assignment | None:
@@ -172,10 +199,32 @@ class RedisStore:
             await self._call(self._redis.hset(COOLDOWNS, agent, str(to_micros(until))))
 
     async def schedule_retry(self, retry: ScheduledRetry) -> None:
-        """The agent's one retry is now `retry`."""
-        await self._call(self._redis.hset(RETRIES, retry.agent, encode_retry(retry)))
+        """The turn's retry is now `retry` (unclaimed)."""
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.hset(RETRIES, retry.turn_ref, encode_retry(retry))
+            pipe.hdel(CLAIMS, retry.turn_ref)
+            await self._call(pipe.execute())
 
-    async def take_retry(self, agent: str, retry_id: str) -> bool:
-        """Delete the agent's retry if it is still `retry_id`; True for the taker."""
-        taken = await self._call(self._take_retry(keys=[RETRIES], args=[agent, retry_id]))
+    async def claim_retry(
+        self, turn_ref: str, retry_id: str, *, at: datetime, until: datetime
+    ) -> bool:
+        """Claim it if it is still `retry_id` and unclaimed (atomic, on the server)."""
+        args: list[str | int] = [turn_ref, retry_id, to_micros(at), to_micros(until)]
+        claimed = await self._call(self._claim_retry(keys=[RETRIES, CLAIMS], args=args))
+        return bool(claimed)
+
+    async def take_retry(self, turn_ref: str, retry_id: str) -> bool:
+        """Delete the turn's retry if it is still `retry_id`; True for the taker."""
+        taken = await self._call(
+            self._take_retry(keys=[RETRIES, CLAIMS], args=[turn_ref, retry_id])
+        )
         return bool(taken)
+
+    async def clear_failures(self, credential_id: str) -> None:
+        """Forget the credential's failures (every kind)."""
+        fields = [f"{credential_id}{_FIELD_SEPARATOR}{kind}" for kind in FAILURE_KINDS]
+        await self._call(self._redis.hdel(FAILURES, *fields))
+
+
+def _micros(text: str | None) -> int | None:
+    return int(text) if text is not None else None

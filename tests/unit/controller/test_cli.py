@@ -11,8 +11,8 @@ import pytest
 
 from agent_server.__main__ import main
 from agent_server.controller.clock import utc_now
-from agent_server.controller.pool_state import Failure, Reading, WindowUse
-from agent_server.controller.store import open_store
+from agent_server.controller.pool.state import Failure, Reading, ScheduledRetry, WindowUse
+from agent_server.controller.stores.base import open_store
 
 POOL = (
     '[[credential]]\nid = "a"\nkind = "subscription"\nsecret_env = "CLI_A"\n'
@@ -41,6 +41,9 @@ async def _seed(url: str) -> None:
             "b", now, "allowed", None, WindowUse(0.42, now + timedelta(hours=2), "allowed")
         )
     )
+    due = now + timedelta(minutes=5)
+    await store.schedule_retry(ScheduledRetry("agent-1", "r1", due, 1, "job-7", now))
+    await store.set_gateway_until("agent-2", now + timedelta(minutes=15))
     await store.close()
 
 
@@ -51,7 +54,9 @@ def test_pool_status_prints_one_row_a_credential(
     url = f"sqlite:///{tmp_path}/pool.sqlite3"
     asyncio.run(_seed(url))
     assert main(["pool", "status", "--pool", str(pool_file), "--store", url, "--json"]) == 0
-    rows = {row["credential"]: row for row in json.loads(capsys.readouterr().out)}
+    status = json.loads(capsys.readouterr().out)
+    assert set(status) == {"at", "credentials", "assignments", "waiting", "cooldowns"}
+    rows = {row["credential"]: row for row in status["credentials"]}
     assert list(rows) == ["a", "b", "key"]
     assert set(rows["a"]) == {
         "credential",
@@ -62,7 +67,15 @@ def test_pool_status_prints_one_row_a_credential(
         "seven_day_use",
         "last_failure",
         "assigned_agents",
+        "failures",
+        "reading",
     }
+    assert set(rows["a"]["failures"]) == {"rate_limit"}
+    assert rows["b"]["reading"]["five_hour"]["utilization"] == 0.42
+    assert [(a["agent"], a["credential"]) for a in status["assignments"]] == [("agent-1", "b")]
+    assert [(w["agent"], w["turn"]) for w in status["waiting"]] == [("agent-1", "job-7")]
+    assert status["waiting"][0]["due_at"].endswith("Z")
+    assert [c["agent"] for c in status["cooldowns"]] == ["agent-2"]
     assert (rows["a"]["state"], rows["a"]["last_failure"]["kind"]) == ("throttled", "rate_limit")
     assert rows["a"]["resets_at"].endswith("Z")
     assert (rows["b"]["state"], rows["b"]["five_hour_use"]) == ("available", 0.42)
@@ -131,3 +144,46 @@ def test_walk_exits_1_when_the_server_cannot_be_reached(
     err = capsys.readouterr().err
     assert "TransportError" in err
     assert "Traceback" not in err
+
+
+def test_stop_and_clear_from_the_shell(
+    pool_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`stop` cancels the agent's waiting turns; `clear` forgets a credential's failures;
+    both print what they did, and stderr has no library chatter."""
+    url = f"sqlite:///{tmp_path}/pool.sqlite3"
+    asyncio.run(_seed(url))
+    common = ["--pool", str(pool_file), "--store", url, "--json"]
+    assert main(["pool", "stop", *common, "--agent-name", "agent-1"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"agent": "agent-1", "cancelled_turns": 1}
+    assert main(["pool", "clear", *common, "--credential", "a"]) == 0
+    capsys.readouterr()
+    assert main(["pool", "status", *common]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert status["waiting"] == []
+    assert {row["credential"]: row["state"] for row in status["credentials"]}["a"] == "available"
+    assert main(["pool", "clear", *common, "--credential", "nope"]) == 2
+
+
+def test_assign_reloads_the_named_agents_server_and_events_go_out_as_json(
+    pool_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`assign` needs the agent's server: unreachable, it exits 1 with one line, no
+    traceback and no httpx INFO line; `--events-json` would print JSON lines."""
+    (tmp_path / "token").write_text("controller-token-0123456789")
+    url = f"sqlite:///{tmp_path}/pool.sqlite3"
+    argv = ["pool", "assign", "--pool", str(pool_file), "--store", url, "--events-json"]
+    argv += ["--agent-name", "agent-1", "--credential", "b"]
+    argv += ["--agent-url", "http://127.0.0.1:1", "--agent-token-file", str(tmp_path / "token")]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "TransportError" in err
+    assert "HTTP Request" not in err
+    assert "Traceback" not in err
+
+
+def test_the_servers_help_names_pool(capsys: pytest.CaptureFixture[str]) -> None:
+    """`agent-server --help` lists `pool` beside serve and status."""
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "pool" in capsys.readouterr().out

@@ -6,10 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from agent_server.controller.pool_state import CredentialInfo, Failure, Reading, WindowUse
-from agent_server.controller.standing import (
+from agent_server.controller.pool.standing import (
     Standing,
-    earliest_reset,
     failed_recently,
     fullness,
     headroom_key,
@@ -17,6 +15,8 @@ from agent_server.controller.standing import (
     refused_recently,
     throttled,
 )
+from agent_server.controller.pool.state import CredentialInfo, Failure, Reading, WindowUse
+from agent_server.controller.pool.waits import retry_at
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 MIN = timedelta(minutes=1)
@@ -190,7 +190,8 @@ def test_fullness(last: Reading | None, expected: float | None) -> None:
 
 
 def test_headroom_ranks_bands_then_agents_then_name() -> None:
-    """10-point bands, measured before unmeasured, then fewest agents, then the id."""
+    """Measured with room, then unmeasured, then full (at or over 100%); 10-point bands,
+    then fewest agents, then the id."""
 
     def ranked(name: str, five: float | None, agents: int) -> Standing:
         last = reading(ago(1), five=five) if five is not None else None
@@ -205,7 +206,7 @@ def test_headroom_ranks_bands_then_agents_then_name() -> None:
         ranked("full", 1.0, 0),
     ]
     order = [s.info.id for s in sorted(pool, key=lambda s: headroom_key(s, NOW))]
-    assert order == ["b-19-idle", "c-12-idle", "a-15-busy", "b-91", "full", "unmeasured"]
+    assert order == ["b-19-idle", "c-12-idle", "a-15-busy", "b-91", "unmeasured", "full"]
 
 
 @pytest.mark.parametrize(
@@ -222,14 +223,14 @@ def test_the_key_refusal_windows(failure: Failure, expected: bool) -> None:
     assert refused_recently(standing(failure, info=KEY), NOW) is expected
 
 
-def test_the_earliest_reset_is_the_first_known_one_ahead() -> None:
-    """Across credentials: resets ahead only, the earliest first; auth has none."""
+def test_the_earliest_retry_is_the_first_known_one_ahead() -> None:
+    """Across credentials: instants ahead only, the earliest first; an auth failure's is
+    when it may be a last resort (`pool.waits.retry_at`)."""
     pool = [
         standing(limited(ago(10), ahead(90))),
         standing(limited(ago(10), ahead(40))),
         standing(limited(ago(100), ago(5))),
-        standing(refused("auth", ago(1))),
         standing(last=reading(ago(1), "rejected", 1.0, resets_at=ahead(200))),
     ]
-    assert earliest_reset(pool, NOW) == ahead(40)
-    assert earliest_reset([standing(refused("auth", ago(1)))], NOW) is None
+    assert retry_at(pool, NOW) == ahead(40)
+    assert retry_at([*pool, standing(refused("auth", ago(1)))], NOW) == ahead(29)

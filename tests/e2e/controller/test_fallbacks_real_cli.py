@@ -15,8 +15,8 @@ import pytest
 
 from agent_server.controller.clock import utc_now
 from agent_server.controller.events import WalkEvent, WalkPhase
-from agent_server.controller.store import open_store
-from agent_server.controller.walk_result import WalkTurn
+from agent_server.controller.stores.base import open_store
+from agent_server.controller.turn import WalkTurn
 from tests.e2e.conftest import TurnServers
 from tests.support.legacy_proxy import LegacyProxy
 from tests.support.messages_api import GATEWAY_PREFIX, MessagesApiStandIn, Scenario, fingerprint
@@ -76,9 +76,10 @@ async def test_the_key_and_the_gateway_serve_and_change_no_assignment(
         fingerprint(gw),
     )
     assert attempts(again) == [("gw", None)]
+    # gw-bot, new, lands by the ranking: both refused, b has fewer agents than a.
     assert {n: x.credential_id for n, x in snapshot.assignments.items()} == {
         "key-bot": "a",
-        "gw-bot": "a",
+        "gw-bot": "b",
     }
     assert {x.generation for x in snapshot.assignments.values()} == {1}
     assert "gw-bot" in snapshot.gateway_until
@@ -91,8 +92,9 @@ async def test_the_key_and_the_gateway_serve_and_change_no_assignment(
     async with walking(agent, pool, url, events, lambda: later) as (walker, store):
         back = await walker.walk(WalkTurn("gw-bot", "hi"))
         cooled = (await store.snapshot()).gateway_until
-    assert attempts(back) == [("a", None)]
-    assert (back.served_by, back.committed) == ("a", False)
+    # b (gw-bot's assignment) is out of the skip window and still refuses; a serves.
+    assert attempts(back) == [("b", "auth"), ("a", None)]
+    assert (back.served_by, back.committed) == ("a", True)
     assert "gw-bot" not in cooled
     assert [e.agent for e in events if e.phase is WalkPhase.SWITCHED_BACK] == ["gw-bot"]
     assert_quiet(events, creds)
@@ -127,6 +129,34 @@ async def test_a_legacy_server_is_walked_once(
     assert server.status()["fingerprint"] == f"sha256:{fingerprint(c)}"
     assert assignment is not None
     assert (assignment.credential_id, assignment.generation) == ("c", 2)
+    assert_quiet(events, creds)
+
+
+async def test_a_legacy_servers_own_unknown_token_is_nobodys_fault(
+    module_turn_servers: TurnServers,
+    cli_env: dict[str, str],
+    api: MessagesApiStandIn,
+    creds: Credentials,
+    tmp_path: Path,
+) -> None:
+    """The old server holds a token the pool does not know, and it is refused: nobody is
+    blamed (the server's fingerprint names no credential of the pool; an `unattributed`
+    event says so), and the turn is served on the subscription applied next."""
+    stranger, a = creds.new("badauth"), creds.new("good")
+    server = module_turn_servers.start(**cli_env, CLAUDE_CODE_OAUTH_TOKEN=stranger)
+    pool = make_pool(("a", "subscription", a))
+    events: list[WalkEvent] = []
+    with LegacyProxy(server.base_url) as proxy:
+        async with walking(proxy.base_url, pool, f"sqlite:///{tmp_path}/p.db", events) as (
+            walker,
+            store,
+        ):
+            result = await walker.walk(WalkTurn("old-bot", "hi"))
+            failures = (await store.snapshot()).failures
+    assert attempts(result) == [(None, "auth"), ("a", None)]
+    assert result.served_by == "a"
+    assert failures == {}
+    assert WalkPhase.UNATTRIBUTED in [event.phase for event in events]
     assert_quiet(events, creds)
 
 

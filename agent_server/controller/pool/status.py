@@ -1,15 +1,15 @@
-"""The pool as an operator reads it: one row a credential (pure), as a table or JSON."""
+"""The pool as an operator reads it (pure): one row a credential, the assignments, the
+waiting turns and the cooldowns, as a table or as JSON (`pool status --json`)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from agent_server.controller.pool_state import CredentialInfo, Failure, PoolSnapshot
-from agent_server.controller.rungs import PoolView
-from agent_server.controller.standing import (
+from agent_server.controller.pool.rungs import PoolView
+from agent_server.controller.pool.standing import (
     USABLE_READING,
     Standing,
     blocking_reset,
@@ -18,6 +18,13 @@ from agent_server.controller.standing import (
     refusing,
     throttled,
     window_use,
+)
+from agent_server.controller.pool.state import (
+    CredentialInfo,
+    Failure,
+    FailureKind,
+    PoolSnapshot,
+    Reading,
 )
 from agent_server.wire.instants import format_instant
 
@@ -38,6 +45,10 @@ class CredentialRow:
     seven_day_use: float | None
     last_failure: Failure | None
     assigned_agents: list[str]
+    failures: Mapping[FailureKind, Failure] = field(default_factory=dict)
+    """Its latest failure of each kind (recent or not: the operator judges)."""
+    reading: Reading | None = None
+    """Its latest reading, with its instant (its age)."""
 
     def as_json(self) -> dict[str, Any]:
         """The row as `pool status --json` prints it."""
@@ -53,6 +64,11 @@ class CredentialRow:
             if failure is None
             else {"kind": failure.kind, "at": format_instant(failure.at)},
             "assigned_agents": self.assigned_agents,
+            "failures": {
+                kind: {"at": format_instant(f.at), "resets_at": format_instant(f.resets_at)}
+                for kind, f in sorted(self.failures.items())
+            },
+            "reading": None if self.reading is None else _reading_json(self.reading),
         }
 
 
@@ -81,6 +97,8 @@ def _row(standing: Standing, snapshot: PoolSnapshot, now: datetime) -> Credentia
         seven_day_use=window_use(reading.seven_day if usable and reading else None, now),
         last_failure=standing.last_failure,
         assigned_agents=snapshot.agents_on(standing.info.id),
+        failures=dict(standing.failures),
+        reading=reading,
     )
 
 
@@ -90,6 +108,59 @@ def _resets_at(standing: Standing, now: datetime) -> datetime | None:
         return reading.resets_at
     limit = standing.failures.get("rate_limit")
     return blocking_reset(standing, limit) if limit is not None else None
+
+
+def pool_status(
+    infos: Iterable[CredentialInfo], snapshot: PoolSnapshot, now: datetime
+) -> dict[str, Any]:
+    """What `pool status --json` prints: every credential's row, every assignment, every
+    waiting turn with its due time, and every gateway cooldown (never a secret)."""
+    return {
+        "at": format_instant(now),
+        "credentials": [row.as_json() for row in pool_rows(infos, snapshot, now)],
+        "assignments": [
+            {
+                "agent": a.agent,
+                "credential": a.credential_id,
+                "generation": a.generation,
+                "assigned_at": format_instant(a.assigned_at),
+            }
+            for a in sorted(snapshot.assignments.values(), key=lambda a: a.agent)
+        ],
+        "waiting": [
+            {
+                "agent": r.agent,
+                "turn": r.turn_ref,
+                "due_at": format_instant(r.due_at),
+                "scheduled_at": format_instant(r.scheduled_at),
+                "claimed_until": format_instant(r.claimed_until),
+            }
+            for r in sorted(snapshot.retries.values(), key=lambda r: (r.due_at, r.turn_ref))
+        ],
+        "cooldowns": [
+            {"agent": agent, "gateway_until": format_instant(until)}
+            for agent, until in sorted(snapshot.gateway_until.items())
+        ],
+    }
+
+
+def _reading_json(reading: Reading) -> dict[str, Any]:
+    windows = {"five_hour": reading.five_hour, "seven_day": reading.seven_day}
+    return {
+        "at": format_instant(reading.at),
+        "status": reading.status,
+        "resets_at": format_instant(reading.resets_at),
+        **{
+            name: None
+            if w is None
+            else {
+                "utilization": w.utilization,
+                "resets_at": format_instant(w.resets_at),
+                "status": w.status,
+            }
+            for name, w in windows.items()
+        },
+    }
 
 
 def render_table(rows: list[CredentialRow], snapshot: PoolSnapshot) -> str:
@@ -115,8 +186,9 @@ def render_table(rows: list[CredentialRow], snapshot: PoolSnapshot) -> str:
         "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
         for cells in table
     ]
-    for agent, retry in sorted(snapshot.retries.items()):
-        lines.append(f"{agent}: waiting for capacity, retry at {format_instant(retry.due_at)}")
+    for retry in sorted(snapshot.retries.values(), key=lambda r: (r.agent, r.due_at)):
+        due = format_instant(retry.due_at)
+        lines.append(f"{retry.agent}: turn {retry.turn_ref} waiting for capacity, retry at {due}")
     return "\n".join(lines)
 
 

@@ -8,8 +8,10 @@ A store keeps, and a walk reads in one snapshot:
 - failures: the latest of each kind (`rate_limit`, `auth`, `billing`) a credential,
   with its instant and reset (an older one never replaces a newer one);
 - readings: the latest of each credential, with the instant it was taken;
-- each agent's gateway cooldown, and its one scheduled retry (one an agent: a new one
-  replaces it; taking it is atomic, so two controllers never both run it).
+- each agent's gateway cooldown (the switch-back's due time);
+- every waiting turn's retry, keyed by turn: claimed atomically before it runs (so two
+  controllers never both run it), and removed once it ran; a claim carries a lease,
+  after which a controller that died holding it is taken to have died.
 
 Two implementations pass one test suite: SQLite (`sqlite:///PATH`, the embedded
 default) and Redis (`redis://HOST:PORT/DB`, for several workers or hosts).
@@ -24,7 +26,7 @@ from pathlib import Path
 from typing import Protocol
 
 from agent_server.controller.errors import StoreError
-from agent_server.controller.pool_state import (
+from agent_server.controller.pool.state import (
     Assignment,
     CredentialInfo,
     Failure,
@@ -68,10 +70,21 @@ class PoolStore(Protocol):
         """Send the agent's turns to the gateway first until `until` (None: no longer)."""
 
     async def schedule_retry(self, retry: ScheduledRetry) -> None:
-        """Make `retry` the agent's one scheduled retry (replacing any other)."""
+        """Make `retry` its turn's retry (replacing an older one of that turn, and its claim)."""
 
-    async def take_retry(self, agent: str, retry_id: str) -> bool:
-        """Remove the agent's retry if it is still `retry_id`; True for the one taker."""
+    async def claim_retry(
+        self, turn_ref: str, retry_id: str, *, at: datetime, until: datetime
+    ) -> bool:
+        """Claim the turn's retry until `until` if it is still `retry_id` and no claim on it
+        is held at `at` (one whose lease ended counts as none): True for the one claimant. The
+        retry stays in the store until `take_retry`."""
+
+    async def take_retry(self, turn_ref: str, retry_id: str) -> bool:
+        """Remove the turn's retry (and its claim) if it is still `retry_id`; True for the
+        one taker."""
+
+    async def clear_failures(self, credential_id: str) -> None:
+        """Forget every failure of a credential (its token was rotated)."""
 
     async def close(self) -> None:
         """Release the connection."""
@@ -90,11 +103,11 @@ def default_store_url(environ: Mapping[str, str] | None = None) -> str:
 async def open_store(url: str) -> PoolStore:
     """The store a URL names: `sqlite:///PATH` or `redis://HOST:PORT/DB`."""
     if url.startswith(SQLITE_PREFIX):
-        from agent_server.controller.sqlite_store import SqliteStore
+        from agent_server.controller.stores.sqlite import SqliteStore
 
         return await SqliteStore.open(Path(url.removeprefix(SQLITE_PREFIX)))
     if url.startswith(REDIS_PREFIXES):
-        from agent_server.controller.redis_store import RedisStore
+        from agent_server.controller.stores.redis import RedisStore
 
         return await RedisStore.open(url)
     msg = "store URL must be sqlite:///PATH or redis://HOST:PORT/DB"

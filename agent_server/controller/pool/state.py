@@ -9,17 +9,38 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Literal, NamedTuple, get_args
 
 from agent_server.wire.instants import parse_instant
-from agent_server.wire.turns import RateLimitReading, RateLimitWindow
+from agent_server.wire.turns import RateLimitReading, RateLimitWindow, TurnMetadata
 
 CredentialKind = Literal["subscription", "api_key", "gateway"]
 CREDENTIAL_KINDS: tuple[CredentialKind, ...] = get_args(CredentialKind)
-FailureKind = Literal["rate_limit", "auth", "billing"]
-"""The failures a credential is blamed for: the three that ask for another credential."""
+FailureKind = Literal["rate_limit", "auth", "billing", "immediate_hard_limit"]
+"""The failures a credential is blamed for: the three that ask for another credential,
+and a refusal while it was stabilizing after a commit (`immediate_hard_limit`)."""
 FAILURE_KINDS: tuple[FailureKind, ...] = get_args(FailureKind)
+
+
+WINDOW_LENGTHS: Mapping[str, timedelta] = {
+    "five_hour": timedelta(hours=5),
+    "seven_day": timedelta(days=7),
+    "seven_day_opus": timedelta(days=7),
+    "seven_day_sonnet": timedelta(days=7),
+}
+"""How long each provider window is: a reset is never further away than its window."""
+LONGEST_WINDOW = timedelta(days=7)
+"""The bound of a reset whose window is not named (or not known)."""
+
+
+def bounded_reset(resets_at: datetime | None, window: str | None, at: datetime) -> datetime | None:
+    """`resets_at`, no later than one `window` length after `at`: the server's reset comes
+    from what the CLI printed, and the agent can print anything; it must not park a
+    credential past its window."""
+    if resets_at is None:
+        return None
+    return min(resets_at, at + WINDOW_LENGTHS.get(window or "", LONGEST_WINDOW))
 
 
 class CredentialInfo(NamedTuple):
@@ -72,31 +93,42 @@ class Reading:
     seven_day: WindowUse | None = None
 
     @classmethod
+    def of_turn(
+        cls, credential_id: str, at: datetime, metadata: TurnMetadata | None
+    ) -> Reading | None:
+        """A turn's reading (`metadata.rate_limit`), if it carried one."""
+        if metadata is None or metadata.rate_limit is None:
+            return None
+        return cls.of(credential_id, at, metadata.rate_limit)
+
+    @classmethod
     def of(cls, credential_id: str, at: datetime, wire: RateLimitReading) -> Reading:
         """A turn's `metadata.rate_limit`, as the store keeps it."""
         return cls(
             credential_id=credential_id,
             at=at,
             status=wire.status,
-            resets_at=parse_instant(wire.resets_at),
-            five_hour=_window(wire.five_hour),
-            seven_day=_window(wire.seven_day),
+            resets_at=bounded_reset(parse_instant(wire.resets_at), wire.rate_limit_type, at),
+            five_hour=_window(wire.five_hour, "five_hour", at),
+            seven_day=_window(wire.seven_day, "seven_day", at),
         )
 
 
-def _window(wire: RateLimitWindow | None) -> WindowUse | None:
+def _window(wire: RateLimitWindow | None, name: str, at: datetime) -> WindowUse | None:
     if wire is None:
         return None
-    return WindowUse(wire.utilization, parse_instant(wire.resets_at), wire.status)
+    resets_at = bounded_reset(parse_instant(wire.resets_at), name, at)
+    return WindowUse(wire.utilization, resets_at, wire.status)
 
 
 @dataclass(frozen=True)
 class ScheduledRetry:
-    """An agent waiting for capacity: one retry, due at the earliest known reset.
+    """A turn waiting for capacity: its retry, due at the earliest known reset.
 
-    `assignment_generation` guards it: a manual assignment made since supersedes it.
-    `turn_ref` is the controller's own name for the turn (the library never keeps a
-    prompt); the CLI uses the execution id.
+    Keyed by its turn (`turn_ref`, the controller's own name for it; the CLI uses the
+    execution id): each waiting turn of an agent keeps its own. The library never keeps
+    a prompt. A retry is claimed in the store before it runs (`claimed_until`: the
+    claim's lease); a claim whose controller died is re-armed when the lease ends.
     """
 
     agent: str
@@ -105,6 +137,7 @@ class ScheduledRetry:
     assignment_generation: int | None
     turn_ref: str
     scheduled_at: datetime
+    claimed_until: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -120,7 +153,13 @@ class PoolSnapshot:
     gateway_until: Mapping[str, datetime] = field(default_factory=dict)
     """By agent: its turns go to the gateway first until then (after the gateway served)."""
     retries: Mapping[str, ScheduledRetry] = field(default_factory=dict)
-    """By agent: the one retry of an agent waiting for capacity."""
+    """By turn (`turn_ref`): every waiting turn's retry."""
+
+    def retries_of(self, agent: str) -> list[ScheduledRetry]:
+        """The agent's waiting turns, the earliest due first."""
+        return sorted(
+            (r for r in self.retries.values() if r.agent == agent), key=lambda r: r.due_at
+        )
 
     def agents_on(self, credential_id: str) -> list[str]:
         """The agents assigned to a credential, sorted."""

@@ -22,17 +22,8 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from agent_server.controller.clock import from_micros, to_micros
-from agent_server.controller.codec import (
-    decode_failures,
-    decode_reading,
-    decode_retry,
-    encode_failure,
-    encode_reading,
-    encode_retry,
-    micros,
-)
 from agent_server.controller.errors import StoreError
-from agent_server.controller.pool_state import (
+from agent_server.controller.pool.state import (
     CREDENTIAL_KINDS,
     Assignment,
     CredentialInfo,
@@ -41,6 +32,16 @@ from agent_server.controller.pool_state import (
     PoolSnapshot,
     Reading,
     ScheduledRetry,
+)
+from agent_server.controller.stores.codec import (
+    decode_failures,
+    decode_reading,
+    decode_retry,
+    encode_failure,
+    encode_reading,
+    encode_retry,
+    micros,
+    with_claim,
 )
 
 T = TypeVar("T")
@@ -56,9 +57,10 @@ CREATE TABLE IF NOT EXISTS failures (
 CREATE TABLE IF NOT EXISTS readings (
     credential_id TEXT PRIMARY KEY, at_us INTEGER NOT NULL, body TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS gateway_cooldowns (agent TEXT PRIMARY KEY, until_us INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS retries (agent TEXT PRIMARY KEY, retry_id TEXT NOT NULL,
-    body TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS turn_retries (turn_ref TEXT PRIMARY KEY, retry_id TEXT NOT NULL,
+    body TEXT NOT NULL, claimed_us INTEGER);
 """
+# The one-a-agent `retries` table of earlier versions is left as it is and not read.
 
 
 class SqliteStore:
@@ -192,23 +194,45 @@ class SqliteStore:
             )
 
     async def schedule_retry(self, retry: ScheduledRetry) -> None:
-        """The agent's one retry is now `retry`."""
+        """The turn's retry is now `retry` (unclaimed)."""
         await self._write(
-            "INSERT OR REPLACE INTO retries VALUES (?, ?, ?)",
-            (retry.agent, retry.retry_id, encode_retry(retry)),
+            "INSERT OR REPLACE INTO turn_retries VALUES (?, ?, ?, NULL)",
+            (retry.turn_ref, retry.retry_id, encode_retry(retry)),
         )
 
-    async def take_retry(self, agent: str, retry_id: str) -> bool:
-        """Delete the agent's retry if it is still `retry_id`; True for the taker."""
+    async def claim_retry(
+        self, turn_ref: str, retry_id: str, *, at: datetime, until: datetime
+    ) -> bool:
+        """Claim it if it is still `retry_id` and unclaimed (or its lease ended)."""
+        now_us = to_micros(at)
+
+        def claim(db: sqlite3.Connection) -> bool:
+            with _transaction(db, immediate=True):
+                cursor = db.execute(
+                    "UPDATE turn_retries SET claimed_us = ? WHERE turn_ref = ? AND retry_id = ? "
+                    "AND (claimed_us IS NULL OR claimed_us <= ?)",
+                    (to_micros(until), turn_ref, retry_id, now_us),
+                )
+            return cursor.rowcount == 1
+
+        return await self._run(claim)
+
+    async def take_retry(self, turn_ref: str, retry_id: str) -> bool:
+        """Delete the turn's retry if it is still `retry_id`; True for the taker."""
 
         def take(db: sqlite3.Connection) -> bool:
             with _transaction(db):
                 cursor = db.execute(
-                    "DELETE FROM retries WHERE agent = ? AND retry_id = ?", (agent, retry_id)
+                    "DELETE FROM turn_retries WHERE turn_ref = ? AND retry_id = ?",
+                    (turn_ref, retry_id),
                 )
             return cursor.rowcount == 1
 
         return await self._run(take)
+
+    async def clear_failures(self, credential_id: str) -> None:
+        """Forget the credential's failures."""
+        await self._write("DELETE FROM failures WHERE credential_id = ?", (credential_id,))
 
     async def _write(self, sql: str, row: tuple[Any, ...]) -> None:
         def write(db: sqlite3.Connection) -> None:
@@ -255,11 +279,11 @@ def _snapshot(db: sqlite3.Connection) -> PoolSnapshot:
         failures = db.execute("SELECT credential_id, body FROM failures").fetchall()
         readings = db.execute("SELECT credential_id, body FROM readings").fetchall()
         cooldowns = db.execute("SELECT agent, until_us FROM gateway_cooldowns").fetchall()
-        retries = db.execute("SELECT agent, body FROM retries").fetchall()
+        retries = db.execute("SELECT turn_ref, body, claimed_us FROM turn_retries").fetchall()
     return PoolSnapshot(
         assignments={row[0]: _assignment(row) for row in assignments},
         failures=decode_failures(failures),
         readings={c: decode_reading(c, body) for c, body in readings},
         gateway_until={agent: from_micros(until) for agent, until in cooldowns},
-        retries={agent: decode_retry(agent, body) for agent, body in retries},
+        retries={turn: with_claim(decode_retry(body), claimed) for turn, body, claimed in retries},
     )

@@ -1,4 +1,4 @@
-"""What one walk was asked to do, and what it did: the turn, each attempt, the result."""
+"""What one walk did: each attempt, in order, and how the turn ended."""
 
 from __future__ import annotations
 
@@ -7,39 +7,25 @@ from datetime import datetime
 from typing import Any, Literal
 
 from agent_server.controller.errors import AgentError
-from agent_server.controller.pool_state import CredentialKind, ScheduledRetry
+from agent_server.controller.pool.state import CredentialKind, ScheduledRetry
 from agent_server.wire.instants import format_instant
 from agent_server.wire.turns import TurnResponse
 
-WalkOutcome = Literal["served", "waiting_for_capacity", "failed", "out_of_time"]
+WalkOutcome = Literal["served", "waiting_for_capacity", "failed", "out_of_time", "stopped"]
 """served: a credential served the turn; waiting_for_capacity: every credential is
 exhausted and one retry is scheduled; failed: an answer no other credential would
 change (a model rejection, a timeout, an upstream fault, a refusal of the server's);
-out_of_time: the turn's remaining time no longer covers another attempt."""
-
-
-@dataclass(frozen=True)
-class WalkTurn:
-    """One turn for the walk: the agent, the prompt, and how much time it has in all."""
-
-    agent: str
-    message: str
-    interactive: bool = False
-    """A person waits for it: a last resort may be any skipped subscription."""
-    execution_id: str | None = None
-    """Re-issued unchanged on every rung; generated when None."""
-    timeout_s: float = 900.0
-    """The whole walk's time; each attempt gets what is left (less a settle margin)."""
-    model: str | None = None
-    system_prompt: str | None = None
+out_of_time: the turn's remaining time no longer covers another attempt; stopped: an
+operator stopped the agent while it walked (`Walker.stop`)."""
 
 
 @dataclass(frozen=True)
 class Attempt:
     """One rung tried: the credential it was sent with, and how it ended."""
 
-    credential_id: str
-    kind: CredentialKind
+    credential_id: str | None
+    """None: the server ran a credential the pool does not know (nobody is blamed)."""
+    kind: CredentialKind | None
     status: int
     error_code: str | None
     """None: it served."""
@@ -57,9 +43,8 @@ class Attempt:
 
     def label(self) -> str:
         """`A (rate limit)`, `platform API key (billing)`: one step of the trail's text."""
-        name = {"api_key": "platform API key", "gateway": f"gateway {self.credential_id}"}.get(
-            self.kind, self.credential_id
-        )
+        names = {"api_key": "platform API key", "gateway": f"gateway {self.credential_id}"}
+        name = names.get(self.kind or "", self.credential_id or "the server's own credential")
         said = "served" if self.error_code is None else self.error_code.replace("_", " ")
         return f"{name} ({said})"
 

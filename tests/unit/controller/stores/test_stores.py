@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 
 from agent_server.controller.errors import StoreError
-from agent_server.controller.pool_state import (
+from agent_server.controller.pool.state import (
     CredentialInfo,
     Failure,
     Reading,
     ScheduledRetry,
     WindowUse,
 )
-from agent_server.controller.store import PoolStore, default_store_url, open_store
+from agent_server.controller.stores.base import PoolStore, default_store_url, open_store
 from tests.support.redis_server import (  # noqa: F401 - fixtures
     redis_server,
     store_url_fixture,
@@ -142,25 +142,65 @@ async def test_a_gateway_cooldown_is_set_and_cleared(store: PoolStore) -> None:
     assert (await store.snapshot()).gateway_until == {}
 
 
-def _retry(retry_id: str, due: datetime = T0) -> ScheduledRetry:
-    return ScheduledRetry("a", retry_id, due, 1, "exec-1", T0)
+def _retry(retry_id: str, due: datetime = T0, turn: str = "exec-1") -> ScheduledRetry:
+    return ScheduledRetry("a", retry_id, due, 1, turn, T0)
 
 
-async def test_an_agent_has_one_retry_and_it_is_taken_once(store_url: str) -> None:
-    """A new retry replaces the old one; of eight takers racing, one takes it."""
+async def test_each_waiting_turn_has_its_own_retry_taken_once(store_url: str) -> None:
+    """A turn's new retry replaces its old one; another turn of the agent keeps its own;
+    of eight takers racing, one takes it."""
     store = await open_store(store_url)
     takers = [await open_store(store_url) for _ in range(8)]
+    later = T0 + timedelta(minutes=30)
     try:
         await store.schedule_retry(_retry("old"))
-        await store.schedule_retry(_retry("new", T0 + timedelta(minutes=30)))
-        assert (await store.snapshot()).retries == {"a": _retry("new", T0 + timedelta(minutes=30))}
-        assert await store.take_retry("a", "old") is False
-        taken = await asyncio.gather(*(t.take_retry("a", "new") for t in takers))
+        await store.schedule_retry(_retry("new", later))
+        await store.schedule_retry(_retry("other", T0, turn="exec-2"))
+        snapshot = await store.snapshot()
+        assert snapshot.retries == {
+            "exec-1": _retry("new", later),
+            "exec-2": _retry("other", T0, turn="exec-2"),
+        }
+        assert [r.turn_ref for r in snapshot.retries_of("a")] == ["exec-2", "exec-1"]
+        assert await store.take_retry("exec-1", "old") is False
+        taken = await asyncio.gather(*(t.take_retry("exec-1", "new") for t in takers))
         assert taken.count(True) == 1
-        assert (await store.snapshot()).retries == {}
+        assert set((await store.snapshot()).retries) == {"exec-2"}
     finally:
         for opened in [store, *takers]:
             await opened.close()
+
+
+async def test_a_retry_is_claimed_once_until_its_lease_ends(store_url: str) -> None:
+    """Of eight claimants one wins; the claim is in the snapshot; once its lease ended
+    (its controller died) it can be claimed again; a new retry of the turn is unclaimed."""
+    store = await open_store(store_url)
+    claimants = [await open_store(store_url) for _ in range(8)]
+    lease = T0 + timedelta(minutes=20)
+    try:
+        await store.schedule_retry(_retry("r1"))
+        claims = await asyncio.gather(
+            *(c.claim_retry("exec-1", "r1", at=T0, until=lease) for c in claimants)
+        )
+        assert claims.count(True) == 1
+        assert (await store.snapshot()).retries["exec-1"].claimed_until == lease
+        assert not await store.claim_retry("exec-1", "r1", at=T0, until=lease)
+        assert not await store.claim_retry("exec-1", "r0", at=lease, until=lease)
+        assert await store.claim_retry("exec-1", "r1", at=lease, until=lease + timedelta(1))
+        await store.schedule_retry(_retry("r2"))
+        assert (await store.snapshot()).retries["exec-1"].claimed_until is None
+    finally:
+        for opened in [store, *claimants]:
+            await opened.close()
+
+
+async def test_clearing_a_credential_forgets_every_failure(store: PoolStore) -> None:
+    """A rotated token: its failures go, another credential's stay."""
+    await store.record(failure=Failure("sub-a", "auth", T0))
+    await store.record(failure=Failure("sub-a", "immediate_hard_limit", T0))
+    await store.record(failure=Failure("sub-b", "billing", T0))
+    await store.clear_failures("sub-a")
+    assert set((await store.snapshot()).failures) == {"sub-b"}
 
 
 async def test_credentials_are_kept_by_id_without_secrets(store: PoolStore) -> None:

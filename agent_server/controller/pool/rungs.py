@@ -1,7 +1,8 @@
 """The walk's ladder: which credentials a turn may still try, in order (pure).
 
 1. the agent's assigned subscription, unless it is throttled or failed recently
-   (pre-dispatch: the first attempt then goes to the next rung);
+   (pre-dispatch: the first attempt then goes to the next rung); but always when it was
+   assigned after its last failure (an operator's choice, or a commit on a service);
 2. the other subscriptions with no failure in the skip window, ranked by headroom
    (`standing.headroom_key`); a fresh refusal is dropped;
 3. last resorts, from the skip list: an interactive turn takes any untried one, an
@@ -13,7 +14,9 @@
    agent, it goes first for that agent until its cooldown ends; then the ladder
    probes the subscriptions again.
 
-A legacy server (one that ignores overrides) gets subscriptions only. A credential in
+A credential behind a wall (refused with a known reset still ahead, `standing.walled`)
+is on no rung at all until the reset. A legacy server (one that ignores overrides)
+gets subscriptions only. A credential in
 `tried` is never planned again, so every rung grows the tried set.
 """
 
@@ -26,15 +29,7 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Literal, NamedTuple
 
-from agent_server.controller.pool_state import (
-    Assignment,
-    CredentialInfo,
-    CredentialKind,
-    Failure,
-    FailureKind,
-    PoolSnapshot,
-)
-from agent_server.controller.standing import (
+from agent_server.controller.pool.standing import (
     LAST_RESORT_AGE,
     Standing,
     failed_recently,
@@ -42,6 +37,15 @@ from agent_server.controller.standing import (
     headroom_key,
     refused_recently,
     throttled,
+    walled,
+)
+from agent_server.controller.pool.state import (
+    Assignment,
+    CredentialInfo,
+    CredentialKind,
+    Failure,
+    FailureKind,
+    PoolSnapshot,
 )
 
 RungReason = Literal["assigned", "headroom", "last_resort", "api_key", "gateway"]
@@ -113,6 +117,11 @@ def plan_rungs(view: PoolView, turn: TurnContext) -> list[Rung]:
         ident, kind = standing.info
         if ident in tried:
             continue
+        if ident == assigned_id and _chosen_since(standing, view.assignment):
+            first.append(Rung(ident, kind, "assigned"))
+            continue
+        if walled(standing, now) is not None:
+            continue
         if kind == "api_key":
             key = key or standing
         elif kind == "gateway":
@@ -134,6 +143,25 @@ def plan_rungs(view: PoolView, turn: TurnContext) -> list[Rung]:
         on_gateway = view.gateway_until is not None and now < view.gateway_until
         rungs.insert(0 if on_gateway else len(rungs), _rung(gateway, "gateway"))
     return rungs
+
+
+def _chosen_since(standing: Standing, assignment: Assignment | None) -> bool:
+    """The assignment was made after the credential's last failure: an operator chose it
+    by hand, or the walk committed it on a service since. Either word is newer than the
+    failure, so the skip list does not second-guess it."""
+    failure = standing.last_failure
+    if failure is None or assignment is None or assignment.generation <= 1:
+        return False  # generation 1 is the pool's own first pick: nobody's word
+    return failure.at < assignment.assigned_at
+
+
+def first_subscription(view: PoolView, now: datetime) -> str:
+    """A new agent's first subscription, by the ranking every turn uses (headroom bands,
+    then fewest agents, then the id): new agents spread over the pool's accounts. One
+    that is walled or failed recently comes only when no other is left."""
+    subscriptions = [s for s in view.standings if s.info.kind == "subscription"]
+    open_ = [s for s in subscriptions if walled(s, now) is None and not failed_recently(s, now)]
+    return min(open_ or subscriptions, key=lambda s: headroom_key(s, now)).info.id
 
 
 def _worth_first(standing: Standing, now: datetime) -> bool:

@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from pydantic import SecretStr
 
 from agent_server.controller.errors import PoolFileError
-from agent_server.controller.pool_file import load_pool
+from agent_server.controller.pool.file import PoolCredential, build_pool, load_pool
 
 SUB = '[[credential]]\nid = "sub-a"\nkind = "subscription"\nsecret_env = "SUB_A"\n'
 ENV = {"SUB_A": "tsec-sub-a-0123456789", "GW": "tsec-gateway-0123456789"}
@@ -96,4 +97,55 @@ def test_a_secret_with_whitespace_inside_is_refused(tmp_path: Path) -> None:
     path.write_text(SUB)
     with pytest.raises(PoolFileError, match="whitespace") as raised:
         load_pool(path, {"SUB_A": "tsec two words"})
+    assert "tsec" not in str(raised.value)
+
+
+def _sub(ident: str, secret: str = "tsec-sub-0123456789") -> PoolCredential:  # noqa: S107
+    return PoolCredential(ident, "subscription", SecretStr(secret))
+
+
+def test_a_pool_built_in_code() -> None:
+    """A database's rows become the same pool a file makes: order, kinds, opt-outs."""
+    gateway = PoolCredential(
+        "gw", "gateway", SecretStr("tsec-gateway-0123456789"), "https://gw.example/anthropic"
+    )
+    pool = build_pool([_sub("sub-a"), gateway], api_key_opt_outs=["ci-bot"])
+    assert [c.id for c in pool.credentials] == ["sub-a", "gw"]
+    assert pool.api_key_opt_outs == frozenset({"ci-bot"})
+
+
+@pytest.mark.parametrize(
+    ("credentials", "opt_outs", "says"),
+    [
+        pytest.param([], [], "no credentials", id="empty"),
+        pytest.param([_sub("a"), _sub("a")], [], "duplicate credential ids", id="duplicate"),
+        pytest.param([_sub("bad id")], [], "id must match", id="bad id"),
+        pytest.param([_sub("a", "two words")], [], "'a': the secret", id="secret not a token"),
+        pytest.param(
+            [PoolCredential("k", "api_key", SecretStr("tsec-key-0123456789"))],
+            [],
+            "no subscription",
+            id="no subscription",
+        ),
+        pytest.param(
+            [_sub("a"), PoolCredential("g", "gateway", SecretStr("tsec-g-0123456789"))],
+            [],
+            "'g': base_url",
+            id="gateway without url",
+        ),
+        pytest.param(
+            [PoolCredential("a", "subscription", SecretStr("tsec-a-0123"), "https://x.example")],
+            [],
+            "belong to a gateway",
+            id="url on a subscription",
+        ),
+        pytest.param([_sub("a")], ["no such agent!"], "agent", id="bad agent name"),
+    ],
+)
+def test_a_pool_built_in_code_is_checked_as_a_file_is(
+    credentials: list[PoolCredential], opt_outs: list[str], says: str
+) -> None:
+    """The TOML loader's validation, for a pool that never was a file; no value echoed."""
+    with pytest.raises(PoolFileError, match=says) as raised:
+        build_pool(credentials, api_key_opt_outs=opt_outs)
     assert "tsec" not in str(raised.value)
