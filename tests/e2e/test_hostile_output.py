@@ -10,9 +10,15 @@ the body, the headers, the server's log or /metrics.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import secrets
+import time
+import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -20,6 +26,7 @@ import pytest
 
 from tests.conftest import SecretRegistry
 from tests.e2e.conftest import TurnServers
+from tests.support.agent_user import Reachable, spawn_test_user
 from tests.support.contract import leaked
 from tests.support.server import HOSTILE_CLI, ServerProcess
 
@@ -170,3 +177,74 @@ def test_a_numeric_secret_is_masked_as_a_json_number(pin: Hostile) -> None:
     notes = [e for e in log if "note" in e]
     assert len(notes) == 1
     assert MASK in notes[0]
+
+
+# --- nothing outlives its turn, whatever it does (contract §10) -------------------------
+
+ESCAPE_TRIES = 20
+
+
+@pytest.fixture(scope="module")
+def spawn_user_hostile(module_turn_servers: TurnServers) -> Iterator[ServerProcess]:
+    """The hostile CLI as the test spawn user (root only: elsewhere unavailable)."""
+    agent = spawn_test_user()
+    reach = Reachable(agent.pw_uid)
+    try:
+        workdir = reach.directory("work")
+        yield module_turn_servers.start(
+            AGENT_SERVER_SPAWN_USER=agent.pw_name,
+            AGENT_SERVER_RUNTIME_COMMAND=str(reach.stand_in("hostile-cli")),
+            AGENT_SERVER_WORKDIR=str(workdir),
+            AGENT_SERVER_ENV_FILE=str(workdir / ".env"),
+        )
+    finally:
+        reach.close()
+
+
+@pytest.fixture(scope="module")
+def same_uid_hostile(module_turn_servers: TurnServers) -> ServerProcess:
+    """The hostile CLI as the server's own user."""
+    return module_turn_servers.start(AGENT_SERVER_RUNTIME_COMMAND=str(HOSTILE_CLI))
+
+
+def carriers(execution_id: str) -> set[int]:
+    """Processes whose environment (through any of their threads) holds the execution id."""
+    needle = f"\0TRINITY_EXECUTION_ID={execution_id}\0".encode()
+    found = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):  # gone meanwhile, or a zombie's main thread
+            for thread in os.listdir(f"/proc/{pid}/task"):
+                with contextlib.suppress(OSError):
+                    if needle in b"\0" + Path(f"/proc/{pid}/task/{thread}/environ").read_bytes():
+                        found.add(int(pid))
+    return found
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("case", ["zombie-leader", "fork-chain"])
+@pytest.mark.parametrize("mode", ["spawn-user", "same-uid"])
+def test_an_escapee_is_gone_when_its_turn_ends_every_time(
+    request: pytest.FixtureRequest, mode: str, case: str
+) -> None:
+    """A main thread that exits alone while its threads run (a zombie that no wait
+    collects), a chain of processes each forking its successor and exiting: both are
+    gone by the time the turn answers, over 20 tries."""
+    server: ServerProcess = request.getfixturevalue(f"{mode.replace('-', '_')}_hostile")
+    for attempt in range(ESCAPE_TRIES):
+        execution_id = f"{case}-{attempt}-{uuid.uuid4().hex[:12]}"
+        with server.client(timeout=60) as client:
+            body = {"message": f"case {case}", "execution_id": execution_id}
+            response = client.post("/api/task", json=body)
+        assert response.status_code == 200, response.text
+        (escapee,) = [
+            e["pid"]
+            for e in response.json()["execution_log"]
+            if isinstance(e, dict) and e.get("subtype") == "hostile_escapee"
+        ]
+        assert escapee > 0
+        # Gone now, and no successor turns up afterwards either.
+        seen = carriers(execution_id) | ({escapee} if Path(f"/proc/{escapee}").exists() else set())
+        deadline = time.monotonic() + 0.3
+        while not seen and time.monotonic() < deadline:
+            seen = carriers(execution_id)
+        assert not seen, f"try {attempt}: {case} outlived its turn: {sorted(seen)}"

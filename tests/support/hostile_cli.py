@@ -15,11 +15,14 @@ must answer is in tests/e2e/test_hostile_output.py and test_live_events.py.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import sys
+import threading
 import time
 import uuid
+from collections.abc import Callable
 
 from tests.support.fake_claude import credentials
 
@@ -155,6 +158,11 @@ def play(case: str, secret: str) -> int:
             line(forged)
         result("forged")
         return 0
+    if case in ESCAPES:
+        init()
+        event({"type": "system", "subtype": "hostile_escapee", "pid": escape(ESCAPES[case])})
+        result("escaped")
+        return 0
     if case == "flood":
         init()
         flood()
@@ -190,6 +198,59 @@ def flood() -> None:
     text = "f" * 8000
     for _ in range(FLOOD_BYTES // len(text)):
         assistant(text)
+
+
+SYS_EXIT = {"x86_64": 60, "aarch64": 93}
+"""The raw `exit` system call, which ends the calling thread only (libc's `exit` and
+`os._exit` end every thread: `exit_group`)."""
+
+
+def zombie_leader() -> None:
+    """Start a thread that lives on, then end the main thread alone (`SYS_exit`).
+
+    /proc shows the process as a zombie (`Z`), and no `waitpid` collects it while the
+    thread runs: it is alive, holding the environment of its turn.
+    """
+    threading.Thread(target=lambda: time.sleep(600), daemon=False).start()
+    ctypes.CDLL(None, use_errno=True).syscall(SYS_EXIT[os.uname().machine], 0)
+    time.sleep(600)  # where SYS_exit is unknown: a plain sleeper
+
+
+def fork_chain() -> None:
+    """Fork a successor and exit, forever: no process of the chain lives a millisecond."""
+    while True:
+        if os.fork() != 0:
+            os._exit(0)
+
+
+ESCAPES: dict[str, Callable[[], None]] = {
+    "zombie-leader": zombie_leader,
+    "fork-chain": fork_chain,
+}
+"""Cases that leave the process group (a double fork and `setsid`) and then play one
+way of outliving the turn; the reported pid is the escapee's first."""
+
+
+def escape(run: Callable[[], None]) -> int:
+    """Double-fork into a new session, run `run` there; the escapee's pid."""
+    read, write = os.pipe()
+    middle = os.fork()
+    if middle == 0:
+        os.close(read)
+        os.setsid()
+        if os.fork() == 0:
+            os.write(write, str(os.getpid()).encode())
+            os.close(write)
+            null = os.open(os.devnull, os.O_RDWR)
+            for descriptor in (0, 1, 2):
+                os.dup2(null, descriptor)  # hold none of the turn's pipes
+            run()
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        pid = int(pipe.read() or 0)
+    os.waitpid(middle, 0)
+    return pid
 
 
 def main() -> int:
