@@ -4,9 +4,8 @@
         -> runner (process group) -> parser -> classify_outcome -> answer
 
 `TurnRunner` is built once by the composition root with exactly the collaborators a
-turn uses. A success's answer is drafted as its result arrives (`answer.Draft`).
-Everything that leaves here has passed the redactor, which knows every staged
-override secret before the spawn.
+turn uses. A success's answer is drafted as its result arrives (`answer.Draft`). All
+that leaves here passed the redactor, which knows every override secret before the spawn.
 """
 
 from __future__ import annotations
@@ -21,6 +20,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import anyio
+
 from agent_server.credentials.state import CredentialState, fingerprint
 from agent_server.credentials.store import CredentialStore
 from agent_server.errors import ApiError
@@ -29,6 +30,7 @@ from agent_server.execution.answer import (
     FinishedTurn,
     TurnAnswer,
     build_answer,
+    made_aside,
     turn_refusal,
 )
 from agent_server.execution.ask import AcceptedTurn, TurnAsk
@@ -38,7 +40,7 @@ from agent_server.execution.process_group import Reaper
 from agent_server.execution.registry import Execution, Registry
 from agent_server.execution.runner import ProcessFacts, run_process
 from agent_server.execution.spawn_files import SpawnFiles
-from agent_server.execution.transcript import Transcript
+from agent_server.execution.transcript import INLINE_ANSWER_BYTES, MAX_LINE_BYTES, Transcript
 from agent_server.logs import execution_id_var
 from agent_server.metrics import OTHER_LABEL, Metrics
 from agent_server.names import (
@@ -135,8 +137,7 @@ class TurnRunner:
         return AcceptedTurn(ask, execution, credential, chat)
 
     async def finish(self, turn: AcceptedTurn) -> TurnAnswer:
-        """Run an accepted turn to its answer; settle it: its envelope now, and once the
-        answer has left, its retention, the end of its live events, metrics and log line."""
+        """Run an accepted turn to its answer and settle it (envelope, retention, events)."""
         execution, credential = turn.execution, turn.credential
         context = execution_id_var.set(execution.execution_id)
         try:
@@ -295,7 +296,9 @@ class TurnRunner:
             attempt = await self._spawn(
                 spec, (env, handed), deadline, execution, answer, reset=True
             )
-        return answer(attempt)[1]
+        if attempt.draft is not None or attempt.transcript.cost <= INLINE_ANSWER_BYTES:
+            return answer(attempt)[1]
+        return await anyio.to_thread.run_sync(made_aside, lambda: answer(attempt)[1], self.redactor)
 
     def _classify(
         self, attempt: _Attempt, execution: Execution, spec: TurnSpec, now: datetime
@@ -340,14 +343,18 @@ class TurnRunner:
 
         def on_line(line: bytes) -> None:
             nonlocal lines, draft
+            lines += 1
+            if transcript.skims(line):
+                return
             # Redacted as it arrives: nothing downstream (parse, clip, shape) sees a secret.
             clean = self.redactor.redact_bytes(line)
             is_result = parser.feed(clean)
             transcript.append(clean, is_result=is_result, parsed=parser.last_event)
             execution.progress.add_line(clean)
-            lines += 1
-            # One draft a spawn: a CLI that prints result after result gets no more.
-            if is_result and draft is None and not parser.stream.is_error:
+            # One draft a spawn (a CLI that prints result after result gets no more); a
+            # large answer is made aside, once the CLI exited.
+            small = transcript.cost <= INLINE_ANSWER_BYTES
+            if is_result and draft is None and small and not parser.stream.is_error:
                 guess = _Attempt(parser.stream, _CLEAN_EXIT, transcript, lines, reset)
                 turn, drafted = answer(guess)
                 drafted.serialised = self.redactor.serialise(drafted.body)
@@ -371,7 +378,11 @@ class TurnRunner:
             # Every process of this spawn inherits it, also the ones that leave its group.
             sweep_tag=f"{EXECUTION_ID}={execution.execution_id}",
             descriptors=descriptors,
+            max_line_bytes=MAX_LINE_BYTES,
         )
+        if result.cut_lines:
+            transcript.cut()
+            draft = None  # it was made before a line went missing
         facts = result.facts
         if self.launcher and launcher_failed(facts.exit_code, facts.stderr):
             facts = replace(facts, spawn_failed=True)

@@ -17,6 +17,7 @@ import secrets
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from typing import Any
 import httpx
 import pytest
 
+from agent_server.execution.transcript import MAX_LINE_BYTES, MAX_LOG_LINES
 from tests.conftest import SecretRegistry
 from tests.e2e.conftest import TurnServers
 from tests.support.agent_user import Reachable, spawn_test_user
@@ -248,3 +250,35 @@ def test_an_escapee_is_gone_when_its_turn_ends_every_time(
         while not seen and time.monotonic() < deadline:
             seen = carriers(execution_id)
         assert not seen, f"try {attempt}: {case} outlived its turn: {sorted(seen)}"
+
+
+# --- every line costs (contract §6.5) -----------------------------------------------------
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("case", ["flood-empty-lines", "flood-byte-lines", "flood-wide-lines"])
+def test_a_flood_is_bounded_and_the_server_answers_throughout(
+    same_uid_hostile: ServerProcess, case: str
+) -> None:
+    """More empty or one-byte lines than a log keeps, three 16 MiB lines: the turn still answers
+    with its result, its log is cut (bounded in lines and bytes, never a wide line), and
+    /health answered all the while."""
+    server = same_uid_hostile
+    with ThreadPoolExecutor(1) as pool, server.client(timeout=120) as client:
+        turn = pool.submit(lambda: client.post("/api/task", json={"message": f"case {case}"}))
+        healthy = 0
+        while not turn.done():
+            assert client.get("/health").status_code == 200
+            healthy += 1
+            time.sleep(0.01)
+        response = turn.result()
+    assert healthy > 0
+    assert response.status_code == 200, response.text[:500]
+    body = response.json()
+    assert body["response"] == "survived", {k: v for k, v in body.items() if k != "execution_log"}
+    assert body["metadata"]["log_truncated"] is True
+    log = body["execution_log"]
+    assert len(log) <= MAX_LOG_LINES + 1
+    assert len(response.content) < 2 * 8 * 1024 * 1024  # AGENT_SERVER_MAX_LOG_BYTES, escaped
+    assert not any(isinstance(e, dict) and len(json.dumps(e)) > MAX_LINE_BYTES for e in log)
+    assert log[-1]["type"] == "result"

@@ -3,7 +3,8 @@
 It ignores its argv, reads the prompt on stdin, and plays the one case the prompt
 names (``case NAME``): output an attacker would print to make the server leak a
 secret or lose a turn's answer, pass for the server on a live-event stream
-(``forged-server-events``) or flood a subscriber (``flood``). The secret it leaks is
+(``forged-server-events``), flood a subscriber (``flood``) or the server itself
+(``flood-*-lines``), or outlive its turn (``zombie-leader``, ``fork-chain``). The secret it leaks is
 the value of the variable named by ``HOSTILE_SECRET_VAR`` (the server put it there: a
 baseline credential or a `.env` value), found in its environment or, like Claude
 Code, on the descriptor `<NAME>_FILE_DESCRIPTOR` names, so the test never sends it
@@ -163,6 +164,14 @@ def play(case: str, secret: str) -> int:
         event({"type": "system", "subtype": "hostile_escapee", "pid": escape(ESCAPES[case])})
         result("escaped")
         return 0
+    if case in FLOODS:
+        init()
+        sys.stdout.flush()
+        sys.stdout.buffer.write(FLOODS[case]())
+        sys.stdout.buffer.flush()
+        assistant("after the flood")
+        result("survived")
+        return 0
     if case == "flood":
         init()
         flood()
@@ -171,6 +180,23 @@ def play(case: str, secret: str) -> int:
     sys.stderr.write(f"hostile-cli: no case {case!r}\n")
     return 2
 
+
+WIDE_LINE_BYTES = 16 * 1024 * 1024
+
+
+def _wide_lines() -> bytes:
+    head = b'{"type":"assistant","message":{"content":[{"type":"text","text":"'
+    line = head + b"w" * (WIDE_LINE_BYTES - len(head) - 8) + b'"}]}}\n'
+    return line * 3
+
+
+FLOODS: dict[str, Callable[[], bytes]] = {
+    "flood-empty-lines": lambda: b"\n" * 300_000,
+    "flood-byte-lines": lambda: b"x\n" * 200_000,
+    "flood-wide-lines": _wide_lines,
+}
+"""Output that must cost the server: more empty or one-byte lines than a log keeps, 16 MiB
+lines."""
 
 FORGED_SERVER_EVENTS = (
     '{"type":"terminal","execution_id":"x","status":"success","http_status":200}',
