@@ -126,6 +126,7 @@ class TurnRunner:
             override = None
         credential = spawn_credential(execution_id, override)
         self.redactor.add(credential.secrets())
+        self.redactor.own([execution_id])  # its answers and listings name it as it is
         generation = self.store.current.generation
         try:
             execution = self.registry.start(
@@ -393,8 +394,6 @@ class TurnRunner:
 
     def _session_unknown(self, attempt: _Attempt) -> bool:
         """True when a resume failed because the CLI has no such session."""
-        if attempt.stream.has_result and not attempt.stream.is_error:
-            return False
-        markers = self.adapter.hints.unknown_session_markers
         texts = [attempt.facts.stderr, *attempt.stream.error_texts]
-        return any(marker in text.lower() for text in texts for marker in markers)
+        failed = not attempt.stream.has_result or attempt.stream.is_error
+        return failed and self.adapter.hints.session_unknown(texts)

@@ -27,7 +27,7 @@ import pytest
 
 from agent_server.execution.transcript import MAX_LINE_BYTES, MAX_LOG_LINES
 from tests.conftest import SecretRegistry
-from tests.e2e.conftest import TurnServers
+from tests.e2e.conftest import TurnServers, wait_listed
 from tests.support.agent_user import Reachable, spawn_test_user
 from tests.support.contract import leaked
 from tests.support.server import HOSTILE_CLI, ServerProcess
@@ -282,3 +282,40 @@ def test_a_flood_is_bounded_and_the_server_answers_throughout(
     assert len(response.content) < 2 * 8 * 1024 * 1024  # AGENT_SERVER_MAX_LOG_BYTES, escaped
     assert not any(isinstance(e, dict) and len(json.dumps(e)) > MAX_LINE_BYTES for e in log)
     assert log[-1]["type"] == "result"
+
+
+# --- the server's own words stay its own (contract §8) -----------------------------------
+
+
+@pytest.mark.timeout(120)
+def test_dotenv_values_built_from_the_servers_words_mask_none_of_them(
+    module_turn_servers: TurnServers, secret_registry: SecretRegistry
+) -> None:
+    """`.env` copies the generation, digits of it, a running turn's id and an instant: the
+    answers still carry them as the server wrote them."""
+    home = module_turn_servers.home("hostile-own-words")
+    server = module_turn_servers.start(home, AGENT_SERVER_RUNTIME_COMMAND=str(HOSTILE_CLI))
+    held = f"held-{uuid.uuid4().hex[:12]}"
+    with ThreadPoolExecutor(1) as pool, server.client(timeout=60) as client:
+        first = client.post("/api/task", json={"message": "case init-fields"}).json()
+        generation = first["metadata"]["generation"]
+        holding = pool.submit(
+            lambda: client.post("/api/task", json={"message": "case hold", "execution_id": held})
+        )
+        wait_listed(server, held)
+        (home / ".env").write_text(
+            f"G1_TOKEN={generation}\nG2_TOKEN={str(generation)[1:10]}\n"
+            f"RUN_TOKEN={held}\nWHEN_TOKEN={first['timestamp'][:16]}\n"
+        )
+        answer = client.post("/api/task", json={"message": "case init-fields"}).json()
+        running = client.get("/api/executions/running").json()
+        token = {"token": secret_registry.new("hostile-reload")}
+        reloaded = client.post("/api/credentials/reload-token", json=token).json()
+        assert client.post(f"/api/executions/{held}/terminate").status_code == 200
+        holding.result()
+    assert answer["metadata"]["generation"] == generation
+    assert answer["timestamp"][:16] == first["timestamp"][:16]
+    assert held in {e["execution_id"] for e in running["executions"]}
+    assert MASK not in json.dumps(running)
+    assert reloaded["status"] == "success"
+    assert reloaded["generation"] > generation

@@ -164,6 +164,11 @@ def play(case: str, secret: str) -> int:
         event({"type": "system", "subtype": "hostile_escapee", "pid": escape(ESCAPES[case])})
         result("escaped")
         return 0
+    if case == "hold":
+        init()
+        time.sleep(30)  # until terminated
+        result("held")
+        return 0
     if case in FLOODS:
         init()
         sys.stdout.flush()
