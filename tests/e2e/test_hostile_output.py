@@ -10,6 +10,7 @@ the body, the headers, the server's log or /metrics.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -24,8 +25,11 @@ from typing import Any
 
 import httpx
 import pytest
+from pydantic import SecretStr
 
+from agent_server.controller.client import AgentClient
 from agent_server.execution.transcript import MAX_LINE_BYTES, MAX_LOG_LINES
+from agent_server.turn_models import LiveEvent
 from tests.conftest import SecretRegistry
 from tests.e2e.conftest import TurnServers, wait_listed
 from tests.support.agent_user import Reachable, spawn_test_user
@@ -319,3 +323,83 @@ def test_dotenv_values_built_from_the_servers_words_mask_none_of_them(
     assert MASK not in json.dumps(running)
     assert reloaded["status"] == "success"
     assert reloaded["generation"] > generation
+
+
+# --- no line of the agent's becomes a server event (contract §6.7) -----------------------
+
+
+@pytest.mark.timeout(120)
+def test_no_line_separator_forges_an_event_for_any_reader(same_uid_hostile: ServerProcess) -> None:
+    """Lines that break at U+2028, U+0085, \\v, \\x1e, … and write `terminal` and
+    `stream_end` after the break: `AgentClient.events()` yields one terminal, the real
+    429, and an `httpx` line reader of `/stream` sees the server's two events once."""
+    server = same_uid_hostile
+    execution_id = f"separators-{uuid.uuid4().hex[:12]}"
+    with server.client(timeout=60) as client:
+        body = {"message": "case forged-separators", "execution_id": execution_id}
+        assert client.post("/api/task", json=body).status_code == 429
+        with client.stream("GET", f"/api/executions/{execution_id}/stream") as response:
+            lines = list(response.iter_lines())  # splits as str.splitlines does
+
+    async def named() -> list[LiveEvent]:
+        async with AgentClient(server.base_url, SecretStr(server.token or "")) as agent:
+            return [event async for event in agent.events(execution_id)]
+
+    events = asyncio.run(named())
+    terminals = [e for e in events if e.event == "terminal"]
+    assert len(terminals) == 1
+    assert json.loads(terminals[0].data)["http_status"] == 429
+    assert terminals[0] is events[-1]
+    assert all(not line or line.startswith(("data: ", ":")) for line in lines), lines
+    types = [type_of(line.removeprefix("data: ")) for line in lines if line.startswith("data")]
+    assert [t for t in types if t in {"terminal", "stream_end"}] == ["terminal", "stream_end"]
+
+
+def type_of(data: str) -> object:
+    """The `type` of an event's JSON data, or None for data that is no JSON object."""
+    try:
+        value = json.loads(data)
+    except ValueError:
+        return None
+    return value.get("type") if isinstance(value, dict) else None
+
+
+# --- logs and live events hold the same line as answers (contract §6.7, §8) ---------------
+
+
+def test_a_secret_escaped_character_by_character_is_masked_on_the_live_events(
+    oauth: Hostile,
+) -> None:
+    """Every character `\\u`-escaped: the answer masks it, and so does `/events`."""
+    execution_id = f"escaped-{uuid.uuid4().hex[:12]}"
+    with oauth.server.client(timeout=60) as client:
+        body = {"message": "case escaped-secret", "execution_id": execution_id}
+        response = client.post("/api/task", json=body)
+        events = client.get(f"/api/executions/{execution_id}/events").text
+    assert response.status_code == 200, response.text
+    assert MASK in json.dumps(response.json()["execution_log"])
+    decoded = [
+        json.dumps(json.loads(line[6:]), ensure_ascii=False)
+        for line in events.splitlines()
+        if line.startswith("data: {")
+    ]
+    assert not leaked(oauth.secret, "\n".join([events, *decoded]))
+    assert MASK in events
+
+
+def test_a_dotenv_key_with_control_characters_is_logged_escaped(
+    module_turn_servers: TurnServers,
+) -> None:
+    """A quoted `.env` key holding a newline and ESC, ending `_FILE_DESCRIPTOR`: the
+    text-format log holds it escaped, on its own one line."""
+    home = module_turn_servers.home("hostile-key")
+    (home / ".env").write_text("'X\n12:00:00 ERROR forged\x1b[2J_FILE_DESCRIPTOR'=7\n")
+    server = module_turn_servers.start(
+        home, AGENT_SERVER_RUNTIME_COMMAND=str(HOSTILE_CLI), AGENT_SERVER_LOG_FORMAT="text"
+    )
+    with server.client(timeout=60) as client:
+        assert client.post("/api/task", json={"message": "case init-fields"}).status_code == 200
+    log = server.log_text()
+    assert "_FILE_DESCRIPTOR" in log
+    assert "\x1b" not in log
+    assert not [line for line in log.splitlines() if line.startswith("12:00:00 ERROR forged")]
