@@ -41,7 +41,7 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from agent_server.secret_file import compact_json
+from agent_server.secret_file import json_in_pieces
 from agent_server.secret_matcher import MASK, SURROGATE, Matcher, valid_text
 from agent_server.token_shapes import LONGEST_HINT, TOKEN_PATTERNS, maybe_token
 from agent_server.vocabulary import own_vocabulary
@@ -210,11 +210,11 @@ class Redactor:
 
     def _dumps(self, value: Any, matcher: Matcher) -> bytes:
         try:
-            text = compact_json(value)
+            text = json_in_pieces(value)
         except (TypeError, ValueError, RecursionError):
             text = None
         if text is None or _too_deep(value, text) or not _text_clean(text, matcher):
-            text = compact_json(self._clean(value, matcher, 0))
+            text = json_in_pieces(self._clean(value, matcher, 0))
         return text.encode("utf-8")
 
     def _clean(self, value: Any, matcher: Matcher, depth: int) -> Any:
