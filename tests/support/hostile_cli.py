@@ -161,7 +161,8 @@ def play(case: str, secret: str) -> int:
         return 0
     if case in ESCAPES:
         init()
-        event({"type": "system", "subtype": "hostile_escapee", "pid": escape(ESCAPES[case])})
+        pid, group = escape(ESCAPES[case])
+        event({"type": "system", "subtype": "hostile_escapee", "pid": pid, "group": group})
         result("escaped")
         return 0
     if case == "forged-separators":
@@ -296,8 +297,9 @@ ESCAPES: dict[str, Callable[[], None]] = {
 way of outliving the turn; the reported pid is the escapee's first."""
 
 
-def escape(run: Callable[[], None]) -> int:
-    """Double-fork into a new session, run `run` there; the escapee's pid."""
+def escape(run: Callable[[], None]) -> tuple[int, int]:
+    """Double-fork into a new session, run `run` there; the escapee's pid and its
+    process group (every process of a chain stays in it: a test's last resort)."""
     read, write = os.pipe()
     middle = os.fork()
     if middle == 0:
@@ -315,7 +317,7 @@ def escape(run: Callable[[], None]) -> int:
     with os.fdopen(read) as pipe:
         pid = int(pipe.read() or 0)
     os.waitpid(middle, 0)
-    return pid
+    return pid, middle
 
 
 def main() -> int:
