@@ -1,11 +1,14 @@
-"""A hostile CLI's output never leaks a secret (or a fragment of one) and never loses a turn.
+"""A hostile CLI's output never leaks a secret, loses a turn, floods, forges or outlives.
 
 The stand-in (tests/support/hostile-cli) prints what an attacker would: the secret in
 identifiers the server reports, in an error text that contains `401`, at a clip
-boundary, at the start of the kept stderr tail, as a bare JSON number; and lines no
-JSON encoder takes (lone surrogates, NaN, 1e999, nesting hundreds deep). For each
-case: the outcome the table gives, and no secret nor any 8-character piece of it in
-the body, the headers, the server's log or /metrics.
+boundary, at the start of the kept stderr tail, as a bare JSON number, escaped a
+character at a time; lines no JSON encoder takes (lone surrogates, NaN, 1e999,
+nesting hundreds deep); floods of empty, one-byte and 16 MiB lines; lines that break
+at U+2028 and the other separators to forge server events; and it leaves processes
+behind (a zombie leader whose threads run, a fork-and-exit chain), as the spawn user
+and as the same uid. For each case: the outcome the table gives, and no secret nor
+any 8-character piece of it in the body, the headers, the server's log or /metrics.
 """
 
 from __future__ import annotations
