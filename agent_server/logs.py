@@ -13,6 +13,7 @@ import contextlib
 import contextvars
 import json
 import logging
+import re
 import sys
 from datetime import UTC, datetime
 from typing import TextIO
@@ -39,6 +40,30 @@ def choose_log_format(configured: str | None, *, isatty: bool) -> str:
         msg = f"{configured!r} is not a log format (use json or text)"
         raise ValueError(msg)
     return chosen
+
+
+_CONTROLS = {code: f"\\x{code:02x}" for code in (*range(0x20), 0x7F, *range(0x80, 0xA0))} | {
+    0x2028: "\\u2028",
+    0x2029: "\\u2029",
+}
+"""Every control character and line break, written as its escape in a text log."""
+_LINE_CONTROLS = {code: text for code, text in _CONTROLS.items() if code != ord("\n")}
+_PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+MAX_LOGGED_NAME = 64
+
+
+def escape_controls(text: str, *, keep_newlines: bool = False) -> str:
+    """`text` with every control character and line break escaped (`\\x1b`, `\\u2028`):
+    a line of a text log stays one line, and no escape sequence reaches a terminal."""
+    return text.translate(_LINE_CONTROLS if keep_newlines else _CONTROLS)
+
+
+def logged_name(name: str) -> str:
+    """A name the agent chose (a `.env` key), as a log may hold it: itself when it is a
+    plain identifier, else its `repr` clipped to `MAX_LOGGED_NAME` characters and escaped."""
+    if _PLAIN_NAME.fullmatch(name):
+        return name
+    return escape_controls(ascii(name[:MAX_LOGGED_NAME]))
 
 
 def _context(record: logging.LogRecord) -> dict[str, object]:
@@ -83,10 +108,11 @@ class TextFormatter(logging.Formatter):
         line = f"{stamp} {record.levelname:<7} {record.name}: {record.getMessage()}"
         if context:
             line += f" [{context}]"
+        line = escape_controls(line)
         if record.exc_info and not record.exc_text:
             record.exc_text = self.formatException(record.exc_info)
-        if record.exc_text:
-            line += "\n" + record.exc_text
+        if record.exc_text:  # its own lines, each escaped
+            line += "\n" + escape_controls(record.exc_text, keep_newlines=True)
         return line
 
 

@@ -206,3 +206,45 @@ def read_bounded_and_stat(
     if len(data) > max_bytes:
         raise NotReadable(errno.EFBIG, f"over {max_bytes} bytes")
     return data, st
+
+
+_PIECE_LEVELS = 3
+"""How deep `json_in_pieces` looks for long lists: an answer's `detail.execution_log`."""
+_LONG_LIST = 64
+_SHORT_TEXT = 1024
+_BATCH = 256
+
+
+def json_in_pieces(value: Any, level: int = 0) -> str:
+    """`compact_json(value)`, a long list's items a call each (short strings a batch).
+
+    One call of the C encoder holds the GIL throughout: an 8 MiB answer made on a
+    worker thread would hold the event loop 100 ms and more. In pieces, the loop gets
+    its turn between two of them.
+    """
+    if level < _PIECE_LEVELS:
+        if isinstance(value, dict) and all(isinstance(key, str) for key in value):
+            items = (f"{compact_json(k)}:{json_in_pieces(v, level + 1)}" for k, v in value.items())
+            return "{" + ",".join(items) + "}"
+        if isinstance(value, list) and len(value) > _LONG_LIST:
+            return "[" + ",".join(_list_pieces(value)) + "]"
+    return compact_json(value)
+
+
+def _list_pieces(items: list[Any]) -> Iterator[str]:
+    """Each item's JSON; a run of short scalars (a flood's lines) a batch at a time."""
+    run: list[Any] = []
+    for item in items:
+        short = not isinstance(item, dict | list | tuple) and len(str(item)) < _SHORT_TEXT
+        if short and len(run) < _BATCH:
+            run.append(item)
+            continue
+        if run:
+            yield compact_json(run)[1:-1]
+            run = []
+        if short:
+            run.append(item)
+        else:
+            yield compact_json(item)
+    if run:
+        yield compact_json(run)[1:-1]

@@ -73,6 +73,7 @@ class Services:
 
         def remember(state: CredentialState) -> None:
             redactor.add(overrides_secrets(state.overrides))
+            redactor.own([str(state.generation)])
             metrics.generation.set(state.generation)
 
         adapter = adapter_for(settings.runtime)

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench import (
+    flood,
     machine_costs,
     memory_startup,
     parallel_turns,
@@ -47,6 +48,7 @@ STEPS: dict[int, tuple[str, Step]] = {
         "the controller's walk: per rung, and choosing one of 1,000",
         lambda _w, p: walk_cost.measure(p),
     ),
+    9: ("a flooding turn: /health, RSS, SIGTERM", lambda w, p: asyncio.run(flood.measure(w, p))),
 }
 
 

@@ -31,6 +31,8 @@ class Plan:
     """Figure 7: wake-ups and cold system calls, 50 ms apart, this many of each."""
     walk_rounds: int
     """Figure 8: whole walks timed, and rung selections over 1,000 credentials."""
+    flood_s: float
+    """Figure 9: how long each flooding turn prints."""
 
 
 FULL = Plan(
@@ -46,6 +48,7 @@ FULL = Plan(
     env_budget_s=2.0,
     machine_samples=100,
     walk_rounds=200,
+    flood_s=10.0,
 )
 QUICK = Plan(
     quick=True,
@@ -60,4 +63,5 @@ QUICK = Plan(
     env_budget_s=0.3,
     machine_samples=10,
     walk_rounds=20,
+    flood_s=3.0,
 )

@@ -9,6 +9,8 @@ show the server. Directives, one a line in the prompt, run in order after init:
     @sleep S                 sleep S seconds
     @print-bytes N           about N bytes of assistant events, 64 KiB of text each
     @stream S LINE_BYTES T   assistant events of about LINE_BYTES, one every T s, for S s
+    @flood KIND S            for S s, as fast as the pipe takes them: `empty` lines,
+                             `byte` lines (one byte each) or `wide` 16 MiB lines
 
 `install_standin(directory)` writes it as an executable with an absolute shebang
 (`python -IS`: no site, no environment), so no PATH lookup or shim is timed.
@@ -76,6 +78,24 @@ def _stream(session_id: str, seconds: float, line_bytes: int, interval: float) -
         time.sleep(interval)
 
 
+FLOODS = {"empty": b"\n" * _CHUNK, "byte": b"x\n" * (_CHUNK // 2)}
+WIDE_LINE_BYTES = 16 * 1024 * 1024
+
+
+def _flood(kind: str, seconds: float) -> None:
+    """Print `kind` lines for `seconds` (a hostile CLI: every line must cost the server)."""
+    if kind == "wide":
+        head = b'{"type":"assistant","message":{"content":[{"type":"text","text":"'
+        chunk = head + b"w" * (WIDE_LINE_BYTES - len(head) - 8) + b'"}]}}\n'
+    else:
+        chunk = FLOODS[kind]
+    out = sys.stdout.buffer
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        out.write(chunk)
+    out.flush()
+
+
 def main(argv: list[str]) -> int:
     """Run one turn: init, the prompt's directives, a final assistant event and result.
 
@@ -112,6 +132,8 @@ def main(argv: list[str]) -> int:
             _print_bytes(session_id, int(args[0]))
         elif word == "@stream":
             _stream(session_id, float(args[0]), int(args[1]), float(args[2]))
+        elif word == "@flood":
+            _flood(args[0], float(args[1]))
     _emit(_assistant(session_id, "bench ok"))
     duration_ms = int((time.monotonic() - started) * 1000)
     last_ns = time.monotonic_ns()

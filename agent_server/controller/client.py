@@ -173,9 +173,8 @@ class AgentClient:
                     await answer.aread()
                     raise error_from_response(answer)
                 reader = EventStreamReader()
-                async for line in answer.aiter_lines():
-                    event = reader.feed(line)
-                    if event is not None:
+                async for chunk in answer.aiter_text():
+                    for event in reader.text(chunk):
                         yield event
         except httpx.TransportError as exc:
             raise TransportError(_transport_message(exc)) from exc

@@ -9,6 +9,7 @@ one refused.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 from agent_server.errors import ApiError
 from agent_server.execution.transcript import Transcript
 from agent_server.outcome.classify import Outcome
-from agent_server.redaction.redactor import Serialised
+from agent_server.redaction.redactor import Redactor, Serialised
 from agent_server.runtimes.context import context_window_for
 from agent_server.runtimes.events import load_event
 from agent_server.runtimes.stream import TurnStream
@@ -137,6 +138,14 @@ def build_answer(outcome: Outcome, turn: FinishedTurn, now: datetime) -> TurnAns
     return TurnAnswer(outcome.status, {"detail": detail}, outcome, session_id, headers)
 
 
+def made_aside(make: Callable[[], TurnAnswer], redactor: Redactor) -> TurnAnswer:
+    """`make()`, with its JSON made ahead: for a worker thread, so that a large answer
+    (its log parsed, its body serialised) never holds the event loop."""
+    made = make()
+    made.serialised = redactor.serialise(made.body)
+    return made
+
+
 def error_detail(
     outcome: Outcome,
     *,
@@ -202,10 +211,16 @@ def _chat_context(stream: TurnStream, context_window: int) -> ChatContext:
     )
 
 
+_JSON_STARTS = frozenset(b'{["-0123456789tfn \t\r')
+"""The bytes a line that is JSON can start with: any other line is text unparsed."""
+
+
 def _events(transcript: Transcript) -> list[Any]:
     """The kept stdout lines as JSON values; a line that is no sound JSON stays text."""
     events: list[Any] = []
     for line, parsed in transcript.entries():
-        event = parsed if parsed is not None else load_event(line)
+        event = parsed
+        if event is None and line and line[0] in _JSON_STARTS:
+            event = load_event(line)
         events.append(event if event is not None else line.decode("utf-8", errors="replace"))
     return events

@@ -4,9 +4,8 @@
         -> runner (process group) -> parser -> classify_outcome -> answer
 
 `TurnRunner` is built once by the composition root with exactly the collaborators a
-turn uses. A success's answer is drafted as its result arrives (`answer.Draft`).
-Everything that leaves here has passed the redactor, which knows every staged
-override secret before the spawn.
+turn uses. A success's answer is drafted as its result arrives (`answer.Draft`). All
+that leaves here passed the redactor, which knows every override secret before the spawn.
 """
 
 from __future__ import annotations
@@ -21,6 +20,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import anyio
+
 from agent_server.credentials.state import CredentialState, fingerprint
 from agent_server.credentials.store import CredentialStore
 from agent_server.errors import ApiError
@@ -29,12 +30,13 @@ from agent_server.execution.answer import (
     FinishedTurn,
     TurnAnswer,
     build_answer,
+    made_aside,
     turn_refusal,
 )
 from agent_server.execution.ask import AcceptedTurn, TurnAsk
 from agent_server.execution.chat_session import ChatSession
 from agent_server.execution.registry import Execution, Registry
-from agent_server.execution.transcript import Transcript
+from agent_server.execution.transcript import INLINE_ANSWER_BYTES, MAX_LINE_BYTES, Transcript
 from agent_server.logs import execution_id_var
 from agent_server.metrics import OTHER_LABEL, Metrics
 from agent_server.outcome.classify import Outcome, cancelled, classify_outcome, shutdown_killed
@@ -124,6 +126,7 @@ class TurnRunner:
             override = None
         credential = spawn_credential(execution_id, override)
         self.redactor.add(credential.secrets())
+        self.redactor.own([execution_id])  # its answers and listings name it as it is
         generation = self.store.current.generation
         try:
             execution = self.registry.start(
@@ -135,8 +138,7 @@ class TurnRunner:
         return AcceptedTurn(ask, execution, credential, chat)
 
     async def finish(self, turn: AcceptedTurn) -> TurnAnswer:
-        """Run an accepted turn to its answer; settle it: its envelope now, and once the
-        answer has left, its retention, the end of its live events, metrics and log line."""
+        """Run an accepted turn to its answer and settle it (envelope, retention, events)."""
         execution, credential = turn.execution, turn.credential
         context = execution_id_var.set(execution.execution_id)
         try:
@@ -295,7 +297,9 @@ class TurnRunner:
             attempt = await self._spawn(
                 spec, (env, handed), deadline, execution, answer, reset=True
             )
-        return answer(attempt)[1]
+        if attempt.draft is not None or attempt.transcript.cost <= INLINE_ANSWER_BYTES:
+            return answer(attempt)[1]
+        return await anyio.to_thread.run_sync(made_aside, lambda: answer(attempt)[1], self.redactor)
 
     def _classify(
         self, attempt: _Attempt, execution: Execution, spec: TurnSpec, now: datetime
@@ -340,14 +344,18 @@ class TurnRunner:
 
         def on_line(line: bytes) -> None:
             nonlocal lines, draft
+            lines += 1
+            if transcript.skims(line):
+                return
             # Redacted as it arrives: nothing downstream (parse, clip, shape) sees a secret.
             clean = self.redactor.redact_bytes(line)
             is_result = parser.feed(clean)
             transcript.append(clean, is_result=is_result, parsed=parser.last_event)
             execution.progress.add_line(clean)
-            lines += 1
-            # One draft a spawn: a CLI that prints result after result gets no more.
-            if is_result and draft is None and not parser.stream.is_error:
+            # One draft a spawn (a CLI that prints result after result gets no more); a
+            # large answer is made aside, once the CLI exited.
+            small = transcript.cost <= INLINE_ANSWER_BYTES
+            if is_result and draft is None and small and not parser.stream.is_error:
                 guess = _Attempt(parser.stream, _CLEAN_EXIT, transcript, lines, reset)
                 turn, drafted = answer(guess)
                 drafted.serialised = self.redactor.serialise(drafted.body)
@@ -371,7 +379,11 @@ class TurnRunner:
             # Every process of this spawn inherits it, also the ones that leave its group.
             sweep_tag=f"{EXECUTION_ID}={execution.execution_id}",
             descriptors=descriptors,
+            max_line_bytes=MAX_LINE_BYTES,
         )
+        if result.cut_lines:
+            transcript.cut()
+            draft = None  # it was made before a line went missing
         facts = result.facts
         if self.launcher and launcher_failed(facts.exit_code, facts.stderr):
             facts = replace(facts, spawn_failed=True)
@@ -382,8 +394,6 @@ class TurnRunner:
 
     def _session_unknown(self, attempt: _Attempt) -> bool:
         """True when a resume failed because the CLI has no such session."""
-        if attempt.stream.has_result and not attempt.stream.is_error:
-            return False
-        markers = self.adapter.hints.unknown_session_markers
         texts = [attempt.facts.stderr, *attempt.stream.error_texts]
-        return any(marker in text.lower() for text in texts for marker in markers)
+        failed = not attempt.stream.has_result or attempt.stream.is_error
+        return failed and self.adapter.hints.session_unknown(texts)

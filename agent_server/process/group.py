@@ -15,11 +15,17 @@ import logging
 import os
 import signal
 import sys
-import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
 
-from agent_server.process.spawn_user import SpawnUser, file_ids_of
+from agent_server.process.procfs import (
+    carries,
+    children_of_self,
+    exited,
+    group_members,
+    state_of,
+    threads_live,
+)
+from agent_server.process.spawn_user import SpawnUser
 from agent_server.process.timings import ORPHAN_REAP_DELAY_S, REAP_POLL_S, REAP_TIMEOUT_S
 
 logger = logging.getLogger("agent_server.process_group")
@@ -78,15 +84,6 @@ def use_pidfd_child_watcher() -> bool:
     watcher.attach_loop(asyncio.get_running_loop())
     asyncio.set_child_watcher(watcher)
     return True
-
-
-@dataclass(frozen=True)
-class Member:
-    """One process of a group, as /proc shows it."""
-
-    pid: int
-    state: str
-    ppid: int
 
 
 class ProcessGroup:
@@ -169,29 +166,6 @@ class ProcessGroup:
             await asyncio.sleep(REAP_POLL_S)
 
 
-def group_members(pgid: int) -> list[Member]:
-    """The processes of group `pgid`, from /proc (empty where /proc is absent)."""
-    members: list[Member] = []
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return members
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as stat_file:
-                stat = stat_file.read()
-        except OSError:
-            continue  # exited meanwhile
-        # The command name may hold spaces and parentheses: split after the last ')'.
-        fields = stat.rpartition(b")")[2].split()
-        if len(fields) < 3 or int(fields[2]) != pgid:
-            continue
-        members.append(Member(pid=int(entry), state=fields[0].decode(), ppid=int(fields[1])))
-    return members
-
-
 def _reap(pid: int) -> None:
     """Collect one zombie child of ours (someone else may have been faster)."""
     with contextlib.suppress(ChildProcessError):
@@ -262,7 +236,7 @@ class Reaper:
             return 0  # a pid asyncio is about to watch is not in `leaders` yet
         reaped = 0
         for pid in children_of_self() - self.leaders:
-            if _state(pid) == "Z":
+            if state_of(pid) == "Z" and not threads_live(pid):
                 _reap(pid)
                 reaped += 1
         return reaped
@@ -270,94 +244,57 @@ class Reaper:
     async def sweep(self, tag: str, deadline: float) -> int:
         """Kill our children carrying `tag` (all of ours when no CLI runs), reap them.
 
-        Repeats until none is left (a killed process's own children come to us next)
-        or the loop's clock passes `deadline`. Returns how many processes it killed.
+        Repeats until a scan finds nothing new: no process to kill and no zombie to
+        reap (a process that just exited has handed its children to us, and a
+        fork-and-exit chain hands on its successor that way), or until the loop's
+        clock passes `deadline`. Returns how many processes it killed.
         """
         needle = _needle(tag)
         loop = asyncio.get_running_loop()
         killed: set[int] = set()
         while True:
-            alive = self._doomed(needle)
-            if not alive:
+            alive, gone = self._doomed(needle)
+            if not alive and not gone:
                 return len(killed)
             for pid in alive:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGKILL)
+                    os.kill(pid, signal.SIGKILL)  # a zombie leader's live threads die too
                 killed.add(pid)
             if loop.time() >= deadline:
                 logger.warning("processes of a finished turn survive SIGKILL: %s", sorted(alive))
                 return len(killed)
-            await asyncio.sleep(REAP_POLL_S)
+            await asyncio.sleep(REAP_POLL_S)  # a SIGKILL is delivered, an exit completes
 
     def sweep_now(self, tag: str) -> bool:
         """One pass of `sweep` that kills nothing: True when nothing is left to kill."""
-        return not self._doomed(_needle(tag))
+        alive, gone = self._doomed(_needle(tag))
+        return not alive and not gone
 
-    def _doomed(self, needle: bytes) -> list[int]:
-        """Our living children that a sweep for `needle` kills; zombies are reaped on the way.
+    def _doomed(self, needle: bytes) -> tuple[list[int], int]:
+        """Our living children that a sweep for `needle` kills, and how many exited meanwhile.
 
         A scan of our children, and the environment only of those that are not
-        running CLIs: at the usual end of a turn, none.
+        running CLIs: at the usual end of a turn, none. A process whose main thread
+        exited while its other threads run shows state Z, and no wait collects it:
+        it is alive, and killed like any other. A child that exited (reaped on the
+        way) or was exiting as it was read has handed its own children to us: the
+        scan is not the last.
         """
         idle = self._owns_children and not self.leaders and not self._spawning
         alive = []
+        gone = 0
         for pid in children_of_self() - self.leaders:
-            state = _state(pid)
-            if state == "Z" or state is None:
-                if state == "Z" and not self._spawning:
-                    _reap(pid)
-                continue
-            if idle or _carries(pid, needle, self.files_as):
+            if exited(pid):
+                if self._spawning:
+                    continue  # it may be the pid asyncio is about to watch
+                _reap(pid)
+                gone += 1
+            elif idle or carries(pid, needle, self.files_as):
                 alive.append(pid)
-        return alive
+            elif exited(pid):
+                gone += 1  # its environment went with its exit: rescan for its children
+        return alive, gone
 
 
 def _needle(tag: str) -> bytes:
     return b"\0" + tag.encode() + b"\0"
-
-
-def children_of_self() -> set[int]:
-    """Our own child pids: those of the main thread and of the calling one.
-
-    /proc lists a process's children under the thread that forked it, or adopted
-    it. The kernel hands an orphan to its subreaper's first live thread, the main
-    one (`find_new_reaper`), and every spawn is forked by the event loop's thread,
-    which calls this; worker threads fork nothing. Two reads, not one a thread, and
-    none when the process has no child at all (the usual end of a turn): one
-    `waitid` tells, which collects nothing (`WNOWAIT`) and costs a tenth of them.
-    """
-    try:
-        os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    except ChildProcessError:
-        return set()
-    children: set[int] = set()
-    for thread in {os.getpid(), threading.get_native_id()}:
-        try:
-            with open(f"/proc/self/task/{thread}/children", "rb") as listing:
-                children.update(int(pid) for pid in listing.read().split())
-        except OSError:
-            continue  # no /proc
-    return children
-
-
-def _state(pid: int) -> str | None:
-    """The /proc state letter of `pid`, or None when it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat_file:
-            fields = stat_file.read().rpartition(b")")[2].split()
-    except OSError:
-        return None
-    return fields[0].decode() if fields else None
-
-
-def _carries(pid: int, needle: bytes, files_as: SpawnUser | None) -> bool:
-    """True when `pid`'s environment holds the tag (`\\0NAME=value\\0`).
-
-    The kernel shows a process's environment to its own uid: a spawn user's process
-    is read with that user's file-system ids, on this thread, for this one open.
-    """
-    try:
-        with file_ids_of(files_as), open(f"/proc/{pid}/environ", "rb") as environ:
-            return needle in b"\0" + environ.read() + b"\0"
-    except OSError:
-        return False  # unreadable: gone, or not ours to read; only an idle sweep takes it

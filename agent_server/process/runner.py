@@ -12,8 +12,9 @@ Why `loop.subprocess_exec` with our own protocol rather than
 grandchild that inherited stdout would hide the leader's exit and hang the turn.
 The protocol's `process_exited` fires when the leader is reaped, pipes or not, and
 the transport gives a public `close()` for pipes held by something outside the group.
-Data arrives as chunks that are split into lines synchronously, so nothing buffers
-more than one line (at most `max_line_bytes`) however fast the CLI prints.
+Data arrives as chunks that are split into lines a slice at a time, with reading
+paused in between, so nothing buffers more than a chunk and one line (at most
+`max_line_bytes`) however fast the CLI prints, and the loop is never held long.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import anyio
 
 from agent_server.errors import SpawnTooLarge
 from agent_server.process.group import ProcessGroup, Reaper
-from agent_server.process.pipes import LineSplitter, StderrTail, descriptor_pipes
+from agent_server.process.pipes import TurnProtocol, descriptor_pipes
 from agent_server.process.timings import KILL_GRACE_S, PIPE_CLOSE_S, PIPE_DRAIN_S
 
 logger = logging.getLogger(__name__)
@@ -62,6 +63,8 @@ class ProcessResult:
 
     facts: ProcessFacts
     pid: int | None
+    cut_lines: int = 0
+    """Stdout lines over `max_line_bytes`, dropped unseen."""
 
 
 async def run_process(
@@ -106,7 +109,7 @@ async def run_process(
         raise ValueError(msg)
     check_exec_size(argv, env)
     loop = asyncio.get_running_loop()
-    protocol = _TurnProtocol(
+    protocol = TurnProtocol(
         on_line=on_line, max_line_bytes=max_line_bytes, stderr_tail_bytes=stderr_tail_bytes
     )
     env = dict(env)
@@ -159,7 +162,7 @@ async def run_process(
         timed_out=ending == "timeout",
         terminated=ending == "cancelled",
     )
-    return ProcessResult(facts=facts, pid=pid)
+    return ProcessResult(facts=facts, pid=pid, cut_lines=protocol.cut_lines)
 
 
 # Linux: each argv or environment string is at most 32 pages, and all of them, with
@@ -237,70 +240,13 @@ def _resolve(ending: asyncio.Future[None]) -> None:
         ending.set_result(None)
 
 
-class _TurnProtocol(asyncio.SubprocessProtocol):
-    """Receives the child's pipes and exit; all state of one run's I/O."""
-
-    def __init__(
-        self, *, on_line: Callable[[bytes], None], max_line_bytes: int, stderr_tail_bytes: int
-    ) -> None:
-        self._lines = LineSplitter(on_line, max_line_bytes)
-        self._stderr = StderrTail(stderr_tail_bytes)
-        self.exited = asyncio.Event()
-        self.stdout_closed = asyncio.Event()
-        self.stderr_closed = asyncio.Event()
-        self.closed = asyncio.Event()
-        self.failed = asyncio.Event()
-        self.error: Exception | None = None
-        self.ending: asyncio.Future[None] | None = None
-        """Resolved by the exit or a callback failure (`_Turn.wait_for_ending` waits on it)."""
-
-    def pipe_data_received(self, fd: int, data: bytes) -> None:
-        if fd == 1:
-            self._deliver(lambda: self._lines.feed(data))
-        elif fd == 2:
-            self._stderr.feed(data)
-
-    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
-        if fd == 1:
-            self._deliver(self._lines.close)
-            self.stdout_closed.set()
-        elif fd == 2:
-            self.stderr_closed.set()
-
-    def process_exited(self) -> None:
-        self.exited.set()
-        self._end()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed.set()
-
-    def stderr_tail(self) -> str:
-        return self._stderr.text()
-
-    def _deliver(self, step: Callable[[], None]) -> None:
-        # A callback error cannot propagate out of a protocol callback: keep it for
-        # run_process to re-raise, and stop delivering (the group is being killed).
-        if self.error is not None:
-            return
-        try:
-            step()
-        except Exception as exc:
-            self.error = exc
-            self.failed.set()
-            self._end()
-
-    def _end(self) -> None:
-        if self.ending is not None and not self.ending.done():
-            self.ending.set_result(None)
-
-
 class _Turn:
     """One spawned CLI: how to wait for its end, and how to end it leaving nothing behind."""
 
     def __init__(
         self,
         transport: asyncio.SubprocessTransport,
-        protocol: _TurnProtocol,
+        protocol: TurnProtocol,
         group: ProcessGroup,
         *,
         kill_grace_s: float,
@@ -386,6 +332,7 @@ class _Turn:
                 "pipes of process group %d held open outside the group; closing them",
                 self._group.pgid,
             )
+            protocol.stop_lines()
         self._transport.close()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(protocol.closed.wait(), PIPE_CLOSE_S)

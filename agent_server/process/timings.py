@@ -19,6 +19,10 @@ REAP_POLL_S = 0.01
 ORPHAN_REAP_DELAY_S = 0.05
 """From a SIGCHLD to the scan that collects zombies of adopted orphans (signals in
 between share that scan): never in the way of the turn whose CLI just exited."""
+LINE_SLICE_S = 0.002
+"""How long a turn's stdout lines may hold the event loop at a time: past it, reading
+pauses (the CLI waits on its full pipe) and the rest of the chunk goes on at the
+loop's next step."""
 PIPE_DRAIN_S = 2.0
 """How long to read stdout/stderr to EOF once the group is dead; only a process that
 left the group (setsid) can hold them longer, and it must not hang the turn."""

@@ -85,6 +85,8 @@ class Progress:
             if claims_server_type(data):
                 name = "line"
                 data = json.dumps({"type": name, "withheld": True, "bytes": len(line)})
+            else:
+                data = _unescaped(data)
         self._add(name, data)
 
     def close(self, terminal: dict[str, object]) -> None:
@@ -140,6 +142,21 @@ def claims_server_type(data: str) -> bool:
     except (ValueError, RecursionError):
         return True
     return False
+
+
+def _unescaped(data: str) -> str:
+    """`data`, a JSON line holding `\\u` escapes, written again as JSON writes it.
+
+    Its value is the same; but a secret the CLI printed with every character escaped
+    is now spelt as the redactor knows it (and as the answer, which parses the line,
+    shows it), so the live event masks it too.
+    """
+    if "\\u" not in data or not data.lstrip(_JSON_SPACE).startswith("{"):
+        return data
+    try:
+        return json.dumps(json.loads(data), separators=(",", ":"))
+    except (ValueError, RecursionError):
+        return data
 
 
 class _ServerType(ValueError):

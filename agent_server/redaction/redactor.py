@@ -16,7 +16,10 @@ Values shorter than `MIN_SECRET_LENGTH` are left alone (a false positive on ever
 short word costs more than it hides), and so is a value that occurs in the server's
 own vocabulary (`own_vocabulary`: the words of its code, so its routes, keys, codes,
 header values and the CLIs' event names): a `.env` holding `X_TOKEN=rate_limit` must
-not mask the protocol, and no real credential is a word of it. A number is matched
+not mask the protocol, and no real credential is a word of it. Nor is a `.env` value
+that occurs in a word the server itself wrote (`own`: a generation, an execution id)
+or that is shaped as an instant (digits with `-`, `:`, `T`, `.`, `+`): the server's
+own fields never read `[REDACTED]` (contract §8). A number is matched
 as its text. Each value is also matched in its JSON-escaped spellings, so a secret
 holding a quote or a non-ASCII character is found inside a raw stream-json line too.
 
@@ -41,11 +44,16 @@ from pydantic import SecretStr
 from agent_server.redaction.matcher import MASK, SURROGATE, Matcher, valid_text
 from agent_server.redaction.token_shapes import LONGEST_HINT, TOKEN_PATTERNS, maybe_token
 from agent_server.redaction.vocabulary import own_vocabulary
-from agent_server.secret_file import compact_json
+from agent_server.secret_file import json_in_pieces
 
 MIN_SECRET_LENGTH = 8
 DEPARTED_LIMIT = 1024
 """How many values that left `.env` stay masked before the oldest is forgotten."""
+OWN_LIMIT = 4096
+"""How many of the server's own words (`Redactor.own`) are remembered, newest kept."""
+_INSTANT = re.compile(r"[0-9][0-9:.+TZ -]*[:T.+-][0-9:.+TZ -]*")
+"""A value of digits and an instant's punctuation, with some of it: a date, a time,
+an instant or a decimal the server writes, never a credential."""
 MAX_CLEAN_DEPTH = 64
 """Deeper JSON than this in an answer is replaced by `TOO_DEEP` (never a 500)."""
 TOO_DEEP = "[nested too deep]"
@@ -65,9 +73,12 @@ class Redactor:
         self._dotenv: frozenset[str] = frozenset()
         self._dotenv_seen: frozenset[str] = frozenset()
         """What `.env` held last, words of ours included (the comparison's, not masked)."""
-        self._words: set[str] = set()
-        """Values offered that are words of ours: never held (a few, at most every piece
-        of the vocabulary's words)."""
+        self._dotenv_words: frozenset[str] = frozenset()
+        """The values `.env` holds that are words of ours: never held. Nothing else of
+        the kind is remembered, so what the redactor holds follows `.env`'s size."""
+        self._own: collections.deque[str] = collections.deque(maxlen=OWN_LIMIT)
+        """The server's own words: generations, execution ids (`own`)."""
+        self._own_text = ""
         self._departed: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._departed_limit = departed_limit
         self._matcher: Matcher | None = Matcher(())
@@ -76,8 +87,8 @@ class Redactor:
 
     def add(self, values: Iterable[SecretStr | str | None]) -> None:
         """Mask these values from now on, for the server's life (never a word of ours)."""
-        new = {v for v in _plain(values) if v not in self._pinned and v not in self._words}
-        new -= self._words_among(new)
+        new = {v for v in _plain(values) if v not in self._pinned}
+        new -= self._words_among(new, dotenv=False)
         if not new:
             return
         with self._lock:
@@ -89,9 +100,10 @@ class Redactor:
         seen = frozenset(_plain(values))
         if seen == self._dotenv_seen:
             return
-        self._words_among(seen - self._dotenv_seen)  # only what is new needs a look
-        self._dotenv_seen = seen
-        current = frozenset(v for v in seen if v not in self._words)
+        # Only what is new needs a look.
+        words = (self._dotenv_words & seen) | self._words_among(seen - self._dotenv_seen)
+        self._dotenv_seen, self._dotenv_words = seen, words
+        current = seen - words
         if current == self._dotenv:
             return
         with self._lock:
@@ -105,13 +117,39 @@ class Redactor:
             self._dotenv = current
             self._matcher = None
 
-    def _words_among(self, values: set[str] | frozenset[str]) -> set[str]:
-        """The values that occur in the server's vocabulary (remembered), asked only of
-        values never looked at before. A substring search a value: faster than building
-        an automaton over the values, even for thousands of them."""
-        found = {value for value in values if value in self._vocabulary}
-        self._words |= found
-        return found
+    def own(self, words: Iterable[str]) -> None:
+        """These are the server's own words (a generation, an execution id): never masked.
+
+        A `.env` value that occurs in one is dropped from the values masked, now and
+        whenever `.env` offers it again: a tool that copies a generation or another
+        turn's id into `.env` cannot make the server's answers lie. Only the last
+        `OWN_LIMIT` words are remembered.
+        """
+        added = [word for word in words if word and word not in self._own]
+        if not added:
+            return
+        self._own.extend(added)
+        self._own_text = "\n".join(self._own)
+        held = self._dotenv | self._departed.keys()
+        if clashing := {v for v in held if any(v in word for word in added)}:
+            self._dotenv_words |= clashing & self._dotenv_seen
+            with self._lock:
+                self._dotenv -= clashing
+                for value in clashing & self._departed.keys():
+                    del self._departed[value]
+                self._matcher = None
+
+    def _words_among(self, values: set[str] | frozenset[str], *, dotenv: bool = True) -> set[str]:
+        """The values that are words of ours, asked only of values never looked at
+        before: in the server's vocabulary, and for `.env` values also in its own words
+        (`own`) or shaped as an instant. A substring search a value: faster than
+        building an automaton over the values, even for thousands of them."""
+        return {
+            value
+            for value in values
+            if value in self._vocabulary
+            or (dotenv and (value in self._own_text or _INSTANT.fullmatch(value) is not None))
+        }
 
     @property
     def size(self) -> int:
@@ -172,11 +210,11 @@ class Redactor:
 
     def _dumps(self, value: Any, matcher: Matcher) -> bytes:
         try:
-            text = compact_json(value)
+            text = json_in_pieces(value)
         except (TypeError, ValueError, RecursionError):
             text = None
         if text is None or _too_deep(value, text) or not _text_clean(text, matcher):
-            text = compact_json(self._clean(value, matcher, 0))
+            text = json_in_pieces(self._clean(value, matcher, 0))
         return text.encode("utf-8")
 
     def _clean(self, value: Any, matcher: Matcher, depth: int) -> Any:

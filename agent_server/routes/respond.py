@@ -21,6 +21,16 @@ from agent_server.redaction.redactor import Redactor, Serialised
 if TYPE_CHECKING:
     from sse_starlette import ServerSentEvent
 
+SSE_LINE_BREAKS = str.maketrans(
+    {"\r": " ", "\n": " "}
+    | {char: f"\\u{ord(char):04x}" for char in "\v\f\x1c\x1d\x1e\x85\u2028\u2029"}
+)
+"""An event's data holds no line break of any reader's: sse-starlette splits at CR and
+LF, `httpx.aiter_lines` also at every other break `str.splitlines` knows. CR and LF
+are JSON's blanks (a JSON line holds them nowhere else): a space; every other is
+written as the `\\u` escape JSON reads back as itself (inside a string, the only
+place a JSON line may hold one)."""
+
 
 def answer(
     request: Request,
@@ -65,6 +75,7 @@ def answer_events(
 
     async def clean() -> AsyncIterator[ServerSentEvent]:
         async for name, data, event_id in events:
-            yield ServerSentEvent(redactor.redact(data), event=name, id=event_id)
+            safe = redactor.redact(data).translate(SSE_LINE_BREAKS)
+            yield ServerSentEvent(safe, event=name, id=event_id)
 
     return EventSourceResponse(clean(), ping=SSE_PING_S)

@@ -11,7 +11,7 @@ Everything else (process groups, env layering, classification, HTTP) is shared.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -70,6 +70,11 @@ class OutcomeHints:
     before its exit status and the shared markers (rows 5-10)."""
     exit_statuses: Mapping[int, int] = field(default_factory=dict)
     """Exit statuses that carry the API's HTTP status (Gemini CLI exits with it, mod 256)."""
+
+    def session_unknown(self, texts: Sequence[str]) -> bool:
+        """True when one of these error texts says the session to resume does not exist."""
+        markers = self.unknown_session_markers
+        return any(marker in text.lower() for text in texts for marker in markers)
 
 
 @dataclass(frozen=True)

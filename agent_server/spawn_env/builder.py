@@ -12,6 +12,7 @@ import asyncio
 import logging
 from collections.abc import Container, Iterable, Mapping
 
+from agent_server.logs import logged_name
 from agent_server.redaction.redactor import Redactor
 from agent_server.spawn_env.dotenv_file import DotenvFile
 from agent_server.spawn_env.layers import Overrides, PerSpawn, SpawnEnv, build_spawn_env
@@ -31,8 +32,8 @@ class OnceWarner:
         """Warn for new `hits`; forget keys no longer `present`. Returns the names warned."""
         self._warned = {name for name in self._warned if name in present}
         new = sorted(set(hits) - self._warned)
-        for name in new:
-            logger.warning(self._template, name, extra={"key": name})
+        for name in new:  # the agent chose it: never logged raw
+            logger.warning(self._template, logged_name(name), extra={"key": logged_name(name)})
         self._warned.update(new)
         return new
 

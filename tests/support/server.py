@@ -63,6 +63,9 @@ def server_environ(home: Path, **extra: str) -> dict[str, str]:
         "AGENT_SERVER_WORKDIR": str(home / "work"),
         "AGENT_SERVER_RUNTIME_COMMAND": str(FAKE_CLAUDE),
         "TRINITY_AGENT_AUTH_TOKEN": CONTROLLER_TOKEN,
+        # This tree's code, not the one the venv was installed from (a worktree's
+        # venv is often another checkout's); no spawn inherits PYTHON* names.
+        "PYTHONPATH": str(REPO),
     }
     if os.geteuid() == 0:
         env["IS_SANDBOX"] = "1"  # Claude Code refuses bypassPermissions as root without it

@@ -19,6 +19,7 @@ from agent_server.logs import (
     TextFormatter,
     configure_logging,
     execution_id_var,
+    logged_name,
 )
 from agent_server.redaction.redactor import MASK, RedactingFilter, Redactor
 
@@ -269,3 +270,33 @@ def test_on_the_event_loop_a_record_is_written_at_its_next_step(redactor: Redact
     assert later["message"] == "after it"
     assert "execution_id" not in later
     assert "execution_id" not in boot
+
+
+@pytest.mark.usefixtures("root_logging")
+def test_a_text_line_holds_no_control_character(redactor: Redactor) -> None:
+    """Newlines, ESC, U+2028 in a message or a key: escaped, one line, no terminal escape."""
+    stream = io.StringIO()
+    handler = configure_logging(redactor, log_format="text")
+    assert isinstance(handler, logging.StreamHandler)
+    handler.setStream(stream)
+    hostile = "X\n12:00:00 ERROR forged: line\x1b[2J\u2028_FILE_DESCRIPTOR"
+    logging.getLogger("agent_server.spawn_env").warning("key %s", hostile, extra={"key": hostile})
+    (line,) = stream.getvalue().splitlines()
+    assert "\\x0a12:00:00 ERROR forged" in line
+    assert "\\x1b[2J" in line
+    assert "\\u2028" in line
+    assert not re.search(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]", line)
+
+
+@pytest.mark.parametrize(
+    ("name", "logged"),
+    [
+        pytest.param("GOOD_NAME_1", "GOOD_NAME_1", id="a plain identifier as it is"),
+        pytest.param("A\nB\x1b_FILE_DESCRIPTOR", "'A\\nB\\x1b_FILE_DESCRIPTOR'", id="quoted"),
+        pytest.param("X" * 100, repr("X" * 64), id="a long one clipped"),
+        pytest.param("KEY\u2028", "'KEY\\u2028'", id="a line break of another reader"),
+    ],
+)
+def test_a_name_the_agent_chose_is_never_logged_raw(name: str, logged: str) -> None:
+    """`logged_name`: a plain name, else its escaped, clipped repr."""
+    assert logged_name(name) == logged

@@ -209,3 +209,17 @@ def test_the_last_event_says_what_the_cli_is_doing(line: bytes, last: str) -> No
     assert progress.last is not None
     assert progress.last[0] == last
     assert before <= progress.last[1] <= time.time()
+
+
+def test_a_line_of_escapes_is_written_as_json_writes_it() -> None:
+    """A secret printed with every character `\\u`-escaped reaches the event spelt plainly,
+    where the redactor finds it (as the answer, which parses the line, does)."""
+    secret = "tsec-escaped-0123456789"
+    escaped = "".join(f"\\u{ord(c):04x}" for c in secret)
+    progress = Progress()
+    progress.add_line(b'{"type":"assistant","text":"' + escaped.encode() + b'"}')
+    progress.add_line(b'["\\u00e9", "\\u2028"]')  # no object: left as it is
+    progress.close({"execution_id": "e", "status": "success", "http_status": 200})
+    first, array, _ = asyncio.run(_collect(progress))
+    assert first.data == json.dumps({"type": "assistant", "text": secret}, separators=(",", ":"))
+    assert array.data == '["\\u00e9", "\\u2028"]'

@@ -17,6 +17,7 @@ from agent_server.redaction.redactor import (
     _BATCH_CHARS,
     MASK,
     MAX_CLEAN_DEPTH,
+    OWN_LIMIT,
     TOO_DEEP,
     RedactingFilter,
     Redactor,
@@ -135,6 +136,69 @@ def test_a_word_of_the_protocol_is_never_a_secret(word: str) -> None:
     )
     assert redactor.redact(text) == text.replace(SECRET, MASK)
     assert redactor.size == 1  # the word is never held
+
+
+GENERATION = 1764921600123
+TURN_ID = "turn-4f1c2a9e7b3d"
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param(str(GENERATION), id="a generation"),
+        pytest.param(str(GENERATION)[2:11], id="digits of a generation"),
+        pytest.param(TURN_ID, id="a turn's id"),
+        pytest.param("4f1c2a9e7b", id="a piece of a turn's id"),
+        pytest.param("2026-12-05T11:22", id="an instant"),
+        pytest.param("12:34:56.789", id="a time of day"),
+    ],
+)
+@pytest.mark.parametrize("order", ["own-first", "dotenv-first"])
+def test_a_dotenv_value_built_from_the_servers_own_words_masks_nothing(
+    value: str, order: str
+) -> None:
+    """The server's own fields never read `[REDACTED]`, whichever came first."""
+    redactor = Redactor()
+    if order == "own-first":
+        redactor.own([str(GENERATION), TURN_ID])
+    redactor.track_dotenv([value, SECRET])
+    if order == "dotenv-first":
+        redactor.own([str(GENERATION), TURN_ID])
+    body = {
+        "generation": GENERATION,
+        "execution_id": TURN_ID,
+        "timestamp": "2026-12-05T11:22:33.456789+00:00",
+        "started_at": "12:34:56.789",
+        "log": [SECRET],
+    }
+    assert redactor.clean(body) == {**body, "log": [MASK]}
+    assert redactor.size == 1
+    redactor.track_dotenv([value, SECRET, "another-secret-1"])  # .env changed: still not held
+    assert redactor.size == 2
+
+
+def test_a_numeric_secret_that_is_no_word_of_ours_is_still_masked() -> None:
+    """A PIN in `.env` is masked; only the digits the server wrote itself are spared."""
+    redactor = Redactor()
+    redactor.own([str(GENERATION)])
+    redactor.track_dotenv(["918273645501"])
+    assert redactor.clean({"pin": 918273645501, "generation": GENERATION}) == {
+        "pin": MASK,
+        "generation": GENERATION,
+    }
+
+
+def test_the_redactor_holds_no_more_than_dotenv_whatever_it_offers() -> None:
+    """Thousands of spawns whose `.env` holds new pieces of the vocabulary and new own
+    words: nothing of them is remembered beyond the current `.env` and `OWN_LIMIT`."""
+    redactor = Redactor()
+    words = [w for w in own_vocabulary().split("\n") if len(w) >= 8][:2000]
+    for index in range(3000):
+        redactor.own([f"turn-{index:08d}"])
+        redactor.track_dotenv([words[index % len(words)], f"turn-{index:08d}"[1:], SECRET])
+    assert redactor.size == 1
+    assert len(redactor._own) == min(3000, OWN_LIMIT)
+    assert len(redactor._dotenv_words) == 2
 
 
 def test_the_vocabulary_is_the_servers_own_code() -> None:

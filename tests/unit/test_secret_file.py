@@ -14,7 +14,9 @@ from hypothesis import strategies as st
 
 from agent_server.secret_file import (
     NotReadable,
+    compact_json,
     json_chunks,
+    json_in_pieces,
     read_bounded,
     write_secret_file,
 )
@@ -142,3 +144,29 @@ def test_bytes_pieces_are_written_as_they_are(tmp_path: Path) -> None:
     """A header text and a body already in bytes make one file, in order."""
     write_secret_file(tmp_path / "p.json", ['{"h":1}\n', b'{"body":true}'])
     assert (tmp_path / "p.json").read_bytes() == b'{"h":1}\n{"body":true}'
+
+
+EVENT = {"type": "assistant", "message": {"content": [{"type": "text", "text": "f" * 2000}]}}
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param(
+            {"detail": {"execution_log": [EVENT] * 100, "n": 1.5}}, id="long list of events"
+        ),
+        pytest.param({"execution_log": ["x"] * 1000 + [EVENT, "", None, 2, True]}, id="mixed"),
+        pytest.param({"a": {"b": {"c": [1, None] * 100}}}, id="deeper than its levels"),
+        pytest.param({1: "key not a string", "l": ["a"] * 100}, id="a key that is no string"),
+        pytest.param({"l": ("t",) * 100, "s": "é\u2028"}, id="a tuple and non-ASCII"),
+    ],
+)
+def test_json_in_pieces_writes_what_one_call_writes(value: object) -> None:
+    """The pieces join to exactly `compact_json(value)`."""
+    assert json_in_pieces(value) == compact_json(value)
+
+
+def test_json_in_pieces_refuses_what_one_call_refuses() -> None:
+    """A non-finite number in a long list: ValueError, as `compact_json` raises."""
+    with pytest.raises(ValueError, match="Out of range"):
+        json_in_pieces({"l": ["x"] * 100 + [float("nan")]})

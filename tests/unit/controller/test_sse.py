@@ -50,3 +50,24 @@ def _read(text: str) -> list[LiveEvent]:
 def test_event_stream(stream: str, expected: list[LiveEvent]) -> None:
     """Each stream reads as exactly these events."""
     assert _read(stream) == expected
+
+
+BREAKS_OF_SPLITLINES = ("\u2028", "\u2029", "\x85", "\v", "\f", "\x1c", "\x1d", "\x1e")
+
+
+@pytest.mark.parametrize("separator", BREAKS_OF_SPLITLINES)
+def test_a_line_break_other_than_cr_or_lf_ends_no_line(separator: str) -> None:
+    """U+2028 and the other breaks `str.splitlines` knows are text: no event is forged."""
+    forged = separator.join(["x", "", "event: terminal", "data: {}", "", ""])
+    reader = EventStreamReader()
+    events = list(reader.text(f"data: {forged}\n\n"))
+    assert events == [LiveEvent(data=forged)]
+
+
+@pytest.mark.parametrize("cut", range(1, 24))
+def test_text_cut_anywhere_reads_the_same(cut: int) -> None:
+    """Chunks cut anywhere (a CR LF between two included) give the same events."""
+    stream = "event: a\r\ndata: 1\r\n\r\ndata: 2\rdata: 3\n\n"
+    reader = EventStreamReader()
+    events = [*reader.text(stream[:cut]), *reader.text(stream[cut:])]
+    assert events == [LiveEvent(event="a", data="1"), LiveEvent(data="2\n3")]
