@@ -43,6 +43,7 @@ LAYERS: dict[str, int] = {
     "runtimes": 5,
     "records": 5,
     "credentials": 5,
+    "broker": 5,
     "spawn_env": 4,
     "logs": 3,
     "spawn_user": 3,

@@ -1,0 +1,175 @@
+"""The broker's forwarder: a CLI's request, with the real credential, to the chosen upstream.
+
+A plain ASGI app, so nothing between the socket and the upstream costs more than it
+must. A request must present a live placeholder (`x-api-key`, or `Authorization:
+Bearer`); anything else is refused in the API's own error shape and goes nowhere.
+The upstream request is the CLI's: the same method, path, query, body and headers,
+but the credential (the grant's, in the grant's header) and the hop-by-hop headers.
+Its answer streams back as it arrives; the exchange is recorded as the answer starts,
+and a refusal's body (its first bytes) before its end reaches the CLI.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import zlib
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+import httpx
+
+from agent_server.broker.exchange import ERROR_BODY_BYTES, Exchange, kept_headers
+from agent_server.broker.grants import Grant, Grants
+
+logger = logging.getLogger("agent_server.broker")
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+MAX_REQUEST_BYTES = 64 * 1024 * 1024
+"""A request body the broker takes: a long conversation with images, and far below memory."""
+_HOP_BY_HOP = frozenset(
+    {
+        b"connection",
+        b"keep-alive",
+        b"proxy-authenticate",
+        b"proxy-authorization",
+        b"proxy-connection",
+        b"te",
+        b"trailer",
+        b"transfer-encoding",
+        b"upgrade",
+    }
+)
+_NOT_FORWARDED = _HOP_BY_HOP | {b"host", b"content-length", b"authorization", b"x-api-key"}
+
+
+class Forwarder:
+    """The ASGI app of the broker (HTTP only; it has no lifespan of its own)."""
+
+    def __init__(
+        self, grants: Grants, client: httpx.AsyncClient, max_request_bytes: int = MAX_REQUEST_BYTES
+    ) -> None:
+        self.grants = grants
+        self.client = client
+        self.max_request_bytes = max_request_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        headers: list[tuple[bytes, bytes]] = scope["headers"]
+        grant = self._grant_of(headers)
+        if grant is None:
+            await _refuse(send, 401, "authentication_error", "not a credential of this server")
+            return
+        body = await _read_body(receive, self.max_request_bytes)
+        if body is None:
+            await _refuse(send, 413, "request_too_large", "the request body is too large")
+            return
+        target = grant.upstream + scope["raw_path"].decode("latin-1")
+        if scope["query_string"]:
+            target += "?" + scope["query_string"].decode("latin-1")
+        forwarded = [(k, v) for k, v in headers if k.lower() not in _NOT_FORWARDED]
+        forwarded.append(_credential_header(grant))
+        request = httpx.Request(scope["method"], target, headers=forwarded, content=body)
+        try:
+            response = await self.client.send(request, stream=True)
+        except httpx.HTTPError as failed:
+            logger.warning("broker: the upstream could not be reached: %s", type(failed).__name__)
+            grant.exchanges.add(Exchange(None, at=time.time()))
+            await _refuse(send, 502, "api_error", "the server could not reach the API")
+            return
+        try:
+            await _relay(response, grant, send)
+        finally:
+            await response.aclose()
+
+    def _grant_of(self, headers: list[tuple[bytes, bytes]]) -> Grant | None:
+        """The grant of the placeholder the request presents, in either credential header."""
+        for name, value in headers:
+            lowered = name.lower()
+            if lowered == b"x-api-key":
+                presented = value
+            elif lowered == b"authorization" and value[:7].lower() == b"bearer ":
+                presented = value[7:].strip()
+            else:
+                continue
+            grant = self.grants.find(presented.decode("latin-1"))
+            if grant is not None:
+                return grant
+        return None
+
+
+async def _relay(response: httpx.Response, grant: Grant, send: Send) -> None:
+    """Stream the upstream's answer to the CLI; record its exchange as it starts."""
+    exchange = Exchange(response.status_code, kept_headers(response.headers), at=time.time())
+    grant.exchanges.add(exchange)
+    await send(
+        {
+            "type": "http.response.start",
+            "status": response.status_code,
+            "headers": [(k, v) for k, v in response.headers.raw if k.lower() not in _HOP_BY_HOP],
+        }
+    )
+    kept = bytearray() if response.status_code >= 400 else None
+    async for chunk in response.aiter_raw():
+        if kept is not None and len(kept) < ERROR_BODY_BYTES:
+            kept += chunk[: ERROR_BODY_BYTES - len(kept)]
+        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+    if kept is not None:
+        # Before the body ends for the CLI: its turn is never classified without it.
+        exchange.read_error_body(_decoded(bytes(kept), response.headers.get("content-encoding")))
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+def _credential_header(grant: Grant) -> tuple[bytes, bytes]:
+    secret = grant.secret.get_secret_value().encode("latin-1")
+    if grant.header == "x-api-key":
+        return b"x-api-key", secret
+    return b"authorization", b"Bearer " + secret
+
+
+async def _read_body(receive: Receive, limit: int) -> bytes | None:
+    """The whole request body; None past `limit` bytes (the rest is not read) or when the
+    client left before it ended (half a request goes nowhere)."""
+    body = bytearray()
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        body += message.get("body", b"")
+        if len(body) > limit:
+            return None
+        if not message.get("more_body", False):
+            return bytes(body)
+
+
+def _decoded(body: bytes, encoding: str | None) -> bytes:
+    """A refusal's kept bytes as JSON text: gzip and deflate are undone, anything else
+    is left (the verdict then goes by the status alone)."""
+    if encoding in ("gzip", "deflate"):
+        try:
+            return zlib.decompressobj(wbits=47).decompress(body, ERROR_BODY_BYTES)
+        except zlib.error:
+            return b""
+    return body
+
+
+async def _refuse(send: Send, status: int, error_type: str, message: str) -> None:
+    """Answer in the Messages API's error shape (the CLI reports it as the API's)."""
+    body = json.dumps({"type": "error", "error": {"type": error_type, "message": message}}).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
