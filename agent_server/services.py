@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pydantic import SecretStr
 
 from agent_server.auth import resolve_controller_token
+from agent_server.broker import Broker
 from agent_server.config import Settings
 from agent_server.credentials.override_file import OverrideFile
 from agent_server.credentials.state import CredentialState
@@ -54,6 +55,8 @@ class Services:
     spawn_files: SpawnFiles
     readiness: Readiness
     controller_token: SecretStr | None
+    broker: Broker | None = None
+    """The credential broker, when the settings ask for it and the runtime is Claude Code."""
 
     @classmethod
     def build(
@@ -109,6 +112,7 @@ class Services:
             RetainedResults(settings.state_dir / "results"), redactor, metrics, callbacks
         )
         spawn_files = SpawnFiles.for_server() if serving else SpawnFiles(None)
+        broker = Broker() if serving and settings.broker and adapter.brokered else None
         turns = TurnRunner(
             adapter=adapter,
             store=store,
@@ -124,6 +128,7 @@ class Services:
             results=results,
             spawn_files=spawn_files,
             launcher=settings.spawn_user.launcher(settings.workdir) if settings.spawn_user else (),
+            broker=broker,
         )
         return cls(
             settings=settings,
@@ -146,4 +151,5 @@ class Services:
                 spawn_uid=settings.spawn_user.uid if settings.spawn_user else os.geteuid(),
             ),
             controller_token=controller_token,
+            broker=broker,
         )

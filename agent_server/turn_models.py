@@ -225,6 +225,9 @@ class TurnMetadata(BaseModel):
     turn whose API answers carry it), success or failure; null when there was none."""
     not_enforced: list[str] = []
     """Asked turn fields the runtime took without enforcing them (contract §6.1)."""
+    api_requests: int | None = None
+    """How many of the turn's requests reached the API through the broker (contract §4.8);
+    null when the turn ran without one. 0: no credential served or failed this turn."""
 
 
 class ChatContext(BaseModel):

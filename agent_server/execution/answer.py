@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from agent_server.errors import ApiError
+from agent_server.execution.exchanges import Seen
 from agent_server.execution.outcome import Outcome
 from agent_server.execution.resets import format_instant
 from agent_server.execution.transcript import Transcript
@@ -36,6 +37,9 @@ class TurnAnswer:
     headers: dict[str, str] = field(default_factory=dict)
     serialised: Serialised | None = None
     """The body's JSON, when it was made ahead (`body` is never changed after)."""
+    credited: bool = True
+    """False when the broker saw the turn's credential serve no request (contract §4.8):
+    the answer then names no credential."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,13 @@ class FinishedTurn:
     """An `/api/chat` turn: its answer carries the `session` context."""
     not_enforced: tuple[str, ...] = ()
     """The asked turn fields its runtime took without enforcing them."""
+    seen: Seen | None = None
+    """What the broker saw of the turn's requests (None: it ran without the broker)."""
+
+    @property
+    def credited(self) -> bool:
+        """False when the broker saw no request of this turn served by its credential."""
+        return self.seen is None or self.seen.served
 
 
 @dataclass(frozen=True)
@@ -100,12 +111,14 @@ def build_answer(outcome: Outcome, turn: FinishedTurn, now: datetime) -> TurnAns
         exit_code=turn.exit_code,
         auth_route=turn.auth_route,
         generation=turn.generation,
-        fingerprint=turn.fingerprint,
+        fingerprint=turn.fingerprint if turn.credited else None,
         api_key_source=stream.api_key_source,
         log_truncated=turn.transcript.truncated,
         session_reset=turn.session_reset,
-        rate_limit=stream.rate_limit,
+        # With the broker, the headroom is the API's own headers', never the CLI's report.
+        rate_limit=stream.rate_limit if turn.seen is None else turn.seen.reading,
         not_enforced=list(turn.not_enforced),
+        api_requests=None if turn.seen is None else turn.seen.requests,
     )
     log = _events(turn.transcript)
     if outcome.kind in (OutcomeKind.SUCCESS, OutcomeKind.CANCELLED):
@@ -122,7 +135,7 @@ def build_answer(outcome: Outcome, turn: FinishedTurn, now: datetime) -> TurnAns
             session=_chat_context(stream, context_window) if turn.chat else None,
         ).model_dump(exclude=set() if turn.chat else {"session"})
         body["execution_log"] = log  # as it is: a dump would copy every event
-        return TurnAnswer(200, body, outcome, session_id)
+        return TurnAnswer(200, body, outcome, session_id, credited=turn.credited)
     detail = error_detail(
         outcome,
         execution_id=turn.execution_id,
@@ -134,7 +147,9 @@ def build_answer(outcome: Outcome, turn: FinishedTurn, now: datetime) -> TurnAns
     retry_after = retry_after_seconds(outcome, now)
     if retry_after is not None:
         headers["Retry-After"] = str(retry_after)
-    return TurnAnswer(outcome.status, {"detail": detail}, outcome, session_id, headers)
+    return TurnAnswer(
+        outcome.status, {"detail": detail}, outcome, session_id, headers, credited=turn.credited
+    )
 
 
 def error_detail(

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
 from agent_server.errors import RequestInvalid
 from agent_server.execution.chat_session import ChatSession
 from agent_server.execution.registry import Execution
-from agent_server.runtimes.base import RuntimeAdapter
+from agent_server.runtimes.base import RuntimeAdapter, TurnSpec
 from agent_server.spawn_env.per_spawn import SpawnCredential
 from agent_server.turn_models import AuthOverride, ImageInput
+
+
+def new_session_id(adapter: RuntimeAdapter) -> str | None:
+    """A fresh session id for a CLI that takes one on argv, else None."""
+    return str(uuid.uuid4()) if adapter.assigns_session_id else None
 
 
 @dataclass(frozen=True)
@@ -30,6 +36,22 @@ class TurnAsk:
     images: tuple[ImageInput, ...] | None = None
     reset_unknown_session: bool = False
     """Chat only: when the CLI no longer knows the session, start a new one once."""
+
+    def spec(self, permission_mode: str, model: str | None, adapter: RuntimeAdapter) -> TurnSpec:
+        """The turn as `adapter` builds its argv and stdin from it (a fresh session id,
+        when not resuming and the CLI takes one on argv)."""
+        return TurnSpec(
+            prompt=self.message,
+            permission_mode=permission_mode,
+            model=model,
+            system_prompt=self.system_prompt,
+            allowed_tools=self.allowed_tools,
+            max_turns=self.max_turns,
+            resume_session_id=self.resume_session_id,
+            new_session_id=None if self.resume_session_id else new_session_id(adapter),
+            persist_session=self.persist_session,
+            images=tuple((i.media_type, i.data) for i in self.images) if self.images else (),
+        )
 
     def options_asked(self) -> list[str]:
         """The optional turn fields this ask sets (a default is not asking)."""
