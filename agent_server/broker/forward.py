@@ -73,7 +73,7 @@ class Forwarder:
         target = grant.upstream + scope["raw_path"].decode("latin-1")
         if scope["query_string"]:
             target += "?" + scope["query_string"].decode("latin-1")
-        forwarded = [(k, v) for k, v in headers if k.lower() not in _NOT_FORWARDED]
+        forwarded = [(k, v) for k, v in headers if _forwarded(k, v)]
         forwarded.append(_credential_header(grant))
         request = httpx.Request(scope["method"], target, headers=forwarded, content=body)
         try:
@@ -124,6 +124,15 @@ async def _relay(response: httpx.Response, grant: Grant, send: Send) -> None:
         # Before the body ends for the CLI: its turn is never classified without it.
         exchange.read_error_body(_decoded(bytes(kept), response.headers.get("content-encoding")))
     await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+def _forwarded(name: bytes, value: bytes) -> bool:
+    """Whether a request header goes upstream as the CLI sent it. `Connection:
+    keep-alive` does (the upstream connection is pooled: it says the same of that hop)."""
+    lowered = name.lower()
+    if lowered == b"connection":
+        return value.strip().lower() == b"keep-alive"
+    return lowered not in _NOT_FORWARDED
 
 
 def _credential_header(grant: Grant) -> tuple[bytes, bytes]:

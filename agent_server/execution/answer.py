@@ -38,8 +38,8 @@ class TurnAnswer:
     serialised: Serialised | None = None
     """The body's JSON, when it was made ahead (`body` is never changed after)."""
     credited: bool = True
-    """False when the broker saw the turn's credential serve no request (contract §4.8):
-    the answer then names no credential."""
+    """False when the API answered no request on the turn's credential through the broker
+    (contract §4.8): the answer then names no credential."""
 
 
 @dataclass(frozen=True)
@@ -64,8 +64,8 @@ class FinishedTurn:
 
     @property
     def credited(self) -> bool:
-        """False when the broker saw no request of this turn served by its credential."""
-        return self.seen is None or self.seen.served
+        """False when the broker saw the API answer no request on this turn's credential."""
+        return self.seen is None or self.seen.answered
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 With the broker, every request of a turn's CLI passes it, and it records each answer
 (`broker.TurnExchanges`). `Seen` sums one turn's up: how many requests reached the
-API, whether one was served, the verdict of the last, and the headroom the last
+API, whether the API answered one, the verdict of the last, and the headroom the last
 answer's headers report. `judge` puts that over the outcome the CLI's stream gave:
 
 - an outcome only the CLI can know (a container fault, a kill, a timeout, max turns,
@@ -52,8 +52,9 @@ class Seen:
 
     requests: int
     """How many reached the API through the broker."""
-    served: bool
-    """True when the API served at least one: the credential answered for this turn."""
+    answered: bool
+    """True when the API answered at least one (served or refused it): the turn's answer
+    is then about its credential, which the API saw."""
     verdict: ExchangeVerdict | None
     """The last exchange's, or None when there was none."""
     reading: RateLimitReading | None
@@ -70,7 +71,7 @@ def seen(exchanges: TurnExchanges, now: datetime) -> Seen:
             break
     return Seen(
         requests=exchanges.count,
-        served=any(exchange.served for exchange in kept),
+        answered=any(exchange.status is not None for exchange in kept),
         verdict=verdict_of(kept[-1], now) if kept else None,
         reading=reading,
     )

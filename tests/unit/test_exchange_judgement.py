@@ -120,11 +120,12 @@ def test_a_refusal_nobody_gave_says_so() -> None:
 
 
 def test_what_the_broker_saw_counts_requests_and_keeps_the_last_reading() -> None:
-    """A turn served once; its headroom is the last answer's headers'."""
+    """A turn answered twice; its headroom is the last answer's headers'."""
     reading = Exchange(200, {f"{P}status": "allowed", f"{P}5h-utilization": "0.5"})
     summed = seen(exchanges(reading, Exchange(200)), NOW)
-    assert (summed.requests, summed.served) == (2, True)
+    assert (summed.requests, summed.answered) == (2, True)
     assert summed.reading is not None
     assert summed.reading.five_hour is not None
     assert summed.reading.five_hour.utilization == 0.5
-    assert seen(exchanges(), NOW).served is False
+    assert seen(exchanges(), NOW).answered is False
+    assert seen(exchanges(Exchange(None)), NOW).answered is False
