@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench import (
+    broker_forwarding,
     machine_costs,
     memory_startup,
     parallel_turns,
@@ -46,6 +47,10 @@ STEPS: dict[int, tuple[str, Step]] = {
     8: (
         "the controller's walk: per rung, and choosing one of 1,000",
         lambda _w, p: walk_cost.measure(p),
+    ),
+    9: (
+        "the broker: time to first byte and a streamed answer",
+        lambda _w, p: broker_forwarding.measure(p),
     ),
 }
 

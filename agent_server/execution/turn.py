@@ -153,7 +153,7 @@ class TurnRunner:
                 refusal = turn_refusal(refused, turn.ask.execution_id, credential.auth_route)
                 self._settle(turn, refusal.status, {"detail": refusal.body()}, refusal.error_code)
                 raise refusal from None
-            # A turn whose credential the broker saw serve nothing names none (§4.8).
+            # A turn whose credential the API answered nothing through the broker names none (§4.8).
             if credential.auth_route != "baseline" and answer.credited:
                 answer.headers[AUTH_OVERRIDE_HEADER] = credential.auth_route
             self._settle(turn, answer.status, answer.body, answer.outcome.error_code)

@@ -1,0 +1,93 @@
+"""Figure 9: what the broker costs a CLI's exchange with its API (contract §4.8).
+
+Three processes: this one (the client, a blocking `http.client` connection kept
+alive, as the CLI keeps its own), a loopback upstream, and the server's own `Broker`
+in front of it (`bench.broker_peers`). Requests go direct and through the broker in
+turn, so a busy moment of the machine weighs on both alike:
+
+- time to first byte of a short answer: the broker's median minus the direct median;
+- a 10 MB answer streamed: the direct time over the broker's (the broker's rate as a
+  fraction of the direct rate).
+"""
+
+from __future__ import annotations
+
+import http.client
+import statistics
+import subprocess
+import sys
+import time
+from urllib.parse import urlsplit
+
+from bench.plan import Plan
+from bench.report import Figure
+
+BIG_BYTES = 10 * 1000 * 1000
+
+
+def _peer(*args: str) -> tuple[subprocess.Popen[str], list[str]]:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bench.broker_peers", *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    return process, process.stdout.readline().split()
+
+
+def _connection(url: str) -> http.client.HTTPConnection:
+    parts = urlsplit(url)
+    return http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=30)
+
+
+def _timed(connection: http.client.HTTPConnection, path: str, headers: dict[str, str]) -> float:
+    """Seconds from sending the request to the whole answer read."""
+    started = time.perf_counter()
+    connection.request("POST", path, body=b'{"model": "m"}', headers=headers)
+    response = connection.getresponse()
+    while response.read(1024 * 1024):
+        pass
+    return time.perf_counter() - started
+
+
+def measure(plan: Plan) -> list[Figure]:
+    """Figure 9's two figures."""
+    upstream, (upstream_url,) = _peer("upstream")
+    broker, (broker_url, placeholder) = _peer("broker", upstream_url)
+    try:
+        direct, brokered = _connection(upstream_url), _connection(broker_url)
+        key = {"x-api-key": placeholder}
+        rounds = 100 if plan.quick else 1000
+        small: dict[str, list[float]] = {"direct": [], "broker": []}
+        for _ in range(rounds):
+            small["direct"].append(_timed(direct, "/small", {"x-api-key": "bench-key"}))
+            small["broker"].append(_timed(brokered, "/small", key))
+        big: dict[str, list[float]] = {"direct": [], "broker": []}
+        for _ in range(3 if plan.quick else 15):
+            big["direct"].append(_timed(direct, f"/big?bytes={BIG_BYTES}", {}))
+            big["broker"].append(_timed(brokered, f"/big?bytes={BIG_BYTES}", key))
+    finally:
+        for process in (broker, upstream):
+            if process.stdin is not None:
+                process.stdin.close()
+            process.wait(timeout=10)
+    added_ms = (statistics.median(small["broker"]) - statistics.median(small["direct"])) * 1000
+    rate = statistics.median(big["direct"]) / statistics.median(big["broker"])
+    return [
+        Figure.limited(
+            f"9: time to first byte added by the broker (median of {rounds} each)",
+            added_ms,
+            "ms",
+            1.0,
+            note=f"direct {statistics.median(small['direct']) * 1000:.2f} ms",
+        ),
+        Figure(
+            "9: a 10 MB streamed answer through the broker / direct (rate)",
+            rate,
+            "x",
+            target=">= 0.9x",
+            verdict="PASS" if rate >= 0.9 else "FAIL",
+            note=f"direct {BIG_BYTES / statistics.median(big['direct']) / 1e6:.0f} MB/s",
+        ),
+    ]
