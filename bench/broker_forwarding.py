@@ -13,6 +13,7 @@ turn, so a busy moment of the machine weighs on both alike:
 from __future__ import annotations
 
 import http.client
+import socket
 import statistics
 import subprocess
 import sys
@@ -37,8 +38,14 @@ def _peer(*args: str) -> tuple[subprocess.Popen[str], list[str]]:
 
 
 def _connection(url: str) -> http.client.HTTPConnection:
+    """A kept-alive connection with Nagle off, as Node's (the CLI's) are: `http.client`
+    sends a request's head and body apart, and would wait for a delayed ACK between."""
     parts = urlsplit(url)
-    return http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=30)
+    connection = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=30)
+    connection.connect()
+    assert connection.sock is not None
+    connection.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return connection
 
 
 def _timed(connection: http.client.HTTPConnection, path: str, headers: dict[str, str]) -> float:

@@ -54,12 +54,12 @@ async def _upstream() -> None:
     app = Starlette(
         routes=[Route("/small", _small, methods=["POST"]), Route("/big", _big, methods=["POST"])]
     )
-    sock = socket.socket()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.bind(("127.0.0.1", 0))
     config = uvicorn.Config(app, lifespan="off", log_config=None, access_log=False)
+    config.load()
     server = uvicorn.Server(config)
     server.lifespan = config.lifespan_class(config)
-    config.load()
     await server.startup(sockets=[sock])
     print(f"http://127.0.0.1:{sock.getsockname()[1]}", flush=True)
     await _until_stdin_closes()

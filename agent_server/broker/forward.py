@@ -16,12 +16,13 @@ import logging
 import time
 import zlib
 from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from agent_server.broker.exchange import ERROR_BODY_BYTES, Exchange, kept_headers
 from agent_server.broker.grants import Grant, Grants
+
+if TYPE_CHECKING:
+    import httpx
 
 logger = logging.getLogger("agent_server.broker")
 
@@ -52,11 +53,29 @@ class Forwarder:
     """The ASGI app of the broker (HTTP only; it has no lifespan of its own)."""
 
     def __init__(
-        self, grants: Grants, client: httpx.AsyncClient, max_request_bytes: int = MAX_REQUEST_BYTES
+        self,
+        grants: Grants,
+        client: Callable[[], httpx.AsyncClient],
+        max_request_bytes: int = MAX_REQUEST_BYTES,
     ) -> None:
         self.grants = grants
-        self.client = client
+        self._make_client = client
+        self._client: httpx.AsyncClient | None = None
         self.max_request_bytes = max_request_bytes
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        """The upstream client, made at the first request: its TLS trust store costs an
+        idle server about 2 MiB it need not hold before any turn."""
+        if self._client is None:
+            self._client = self._make_client()
+        return self._client
+
+    async def aclose(self) -> None:
+        """Close the upstream client, if one was made."""
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -75,6 +94,8 @@ class Forwarder:
             target += "?" + scope["query_string"].decode("latin-1")
         forwarded = [(k, v) for k, v in headers if _forwarded(k, v)]
         forwarded.append(_credential_header(grant))
+        import httpx  # imported at the first request, not at boot (see upstream_client)
+
         request = httpx.Request(scope["method"], target, headers=forwarded, content=body)
         try:
             response = await self.client.send(request, stream=True)

@@ -33,7 +33,9 @@ class BrokerServer:
 
     async def start(self) -> str:
         """Listen on a free loopback port; return the base URL a spawn is given."""
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        # IPPROTO_TCP named: asyncio turns Nagle off only on sockets that say TCP (a
+        # head and a body written apart would otherwise wait on a delayed ACK).
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((LOOPBACK, 0))
         sock.set_inheritable(False)
@@ -69,4 +71,4 @@ class BrokerServer:
         if self._socket is not None:
             self._socket.close()
             self._socket = None
-        await self.forwarder.client.aclose()
+        await self.forwarder.aclose()

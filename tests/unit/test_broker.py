@@ -16,7 +16,6 @@ import pytest
 from pydantic import SecretStr
 
 from agent_server.broker import Broker, Grant
-from agent_server.broker.forward import Forwarder
 from tests.support.recording_upstream import Answer, RecordingUpstream
 
 REAL = "sk-ant-oat01-the-real-credential-0123456789"
@@ -34,10 +33,7 @@ def run_with_broker(
     """Run `test` with a started broker and a client of it, and stop both after."""
 
     async def main() -> Any:
-        broker = Broker()
-        if max_bytes is not None:
-            forwarder = broker.server.forwarder
-            broker.server.forwarder = Forwarder(forwarder.grants, forwarder.client, max_bytes)
+        broker = Broker() if max_bytes is None else Broker(max_bytes)
         await broker.start()
         try:
             async with httpx.AsyncClient(base_url=broker.url, timeout=10) as client:
