@@ -49,8 +49,11 @@ STEPS: dict[int, tuple[str, Step]] = {
         lambda _w, p: walk_cost.measure(p),
     ),
     9: (
-        "the broker: time to first byte and a streamed answer",
-        lambda _w, p: broker_forwarding.measure(p),
+        "the broker: time to first byte, a streamed answer, reloads under its traffic",
+        lambda w, p: [
+            *broker_forwarding.measure(p),
+            *asyncio.run(broker_forwarding.measure_reloads(w, p)),
+        ],
     ),
 }
 

@@ -7,7 +7,9 @@ turn, so a busy moment of the machine weighs on both alike:
 
 - time to first byte of a short answer: the broker's median minus the direct median;
 - a 10 MB answer streamed: the direct time over the broker's (the broker's rate as a
-  fraction of the direct rate).
+  fraction of the direct rate);
+- reload-token p99 while 32 turns stream their API's answers through the broker (the
+  stand-in CLI's `@stream-api`), against idle: figure 3's measure, with the broker on.
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ import sys
 import time
 from urllib.parse import urlsplit
 
+from bench import reload_latency
 from bench.plan import Plan
 from bench.report import Figure
+from bench.server import Workspace
 
 BIG_BYTES = 10 * 1000 * 1000
 
@@ -58,8 +62,26 @@ def _timed(connection: http.client.HTTPConnection, path: str, headers: dict[str,
     return time.perf_counter() - started
 
 
+async def measure_reloads(workspace: Workspace, plan: Plan) -> list[Figure]:
+    """Figure 3's reload-token p99, with every turn's API traffic through the broker."""
+    upstream, (upstream_url,) = _peer("upstream")
+    try:
+        env = {
+            "AGENT_SERVER_BROKER": "1",
+            "ANTHROPIC_BASE_URL": upstream_url,
+            "CLAUDE_CODE_OAUTH_TOKEN": "sk-ant-oat01-bench-broker-baseline-aaaaaaaa",
+        }
+        return await reload_latency.measure(
+            workspace, plan, figure="9", server_env=env, directive="@stream-api"
+        )
+    finally:
+        if upstream.stdin is not None:
+            upstream.stdin.close()
+        upstream.wait(timeout=10)
+
+
 def measure(plan: Plan) -> list[Figure]:
-    """Figure 9's two figures."""
+    """Figure 9's time to first byte and streamed rate."""
     upstream, (upstream_url,) = _peer("upstream")
     broker, (broker_url, placeholder) = _peer("broker", upstream_url)
     try:

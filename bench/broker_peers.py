@@ -1,7 +1,8 @@
 """The two processes of figure 9: a loopback upstream, and a broker in front of it.
 
 `python -m bench.broker_peers upstream`: serves `POST /small` (a short answer) and
-`POST /big?bytes=N` (N bytes streamed in 64 KiB chunks), and prints its URL.
+`POST /big?bytes=N` (N bytes streamed in 64 KiB chunks) and `POST /stream` (chunks
+at an interval, as a model streams), and prints its URL.
 `python -m bench.broker_peers broker <upstream URL>`: starts the server's own
 `Broker` (as the server runs it), issues one grant for that upstream, and prints
 its URL and the placeholder. Each runs until stdin closes.
@@ -46,13 +47,33 @@ async def _big(request: Request) -> Response:
     return StreamingResponse(chunks(), media_type="application/octet-stream")
 
 
+async def _stream(request: Request) -> Response:
+    """A chunk of `bytes` every `interval` s for `seconds`: a model streaming its answer."""
+    await request.body()
+    seconds = float(request.query_params.get("seconds", "1"))
+    size = int(request.query_params.get("bytes", "1024"))
+    interval = float(request.query_params.get("interval", "0.01"))
+
+    async def chunks() -> AsyncIterator[bytes]:
+        end = asyncio.get_running_loop().time() + seconds
+        while asyncio.get_running_loop().time() < end:
+            yield b"z" * size
+            await asyncio.sleep(interval)
+
+    return StreamingResponse(chunks(), media_type="text/event-stream")
+
+
 async def _until_stdin_closes() -> None:
     await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
 
 
 async def _upstream() -> None:
     app = Starlette(
-        routes=[Route("/small", _small, methods=["POST"]), Route("/big", _big, methods=["POST"])]
+        routes=[
+            Route("/small", _small, methods=["POST"]),
+            Route("/big", _big, methods=["POST"]),
+            Route("/stream", _stream, methods=["POST"]),
+        ]
     )
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.bind(("127.0.0.1", 0))

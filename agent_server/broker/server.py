@@ -1,16 +1,18 @@
-"""The broker's own listener: uvicorn on a loopback port, inside the server's event loop.
+"""The broker's own listener: uvicorn on a loopback port, in a thread of its own.
 
-Started in the app's lifespan and stopped at its end. It never takes the process's
-signals (the server's own uvicorn does): uvicorn's `serve` would install handlers of
-its own, so this runs its startup, main loop and shutdown itself.
+Started in the app's lifespan and stopped at its end. It runs its own event loop on
+its own thread, so 32 turns streaming their API's answers through it never queue in
+front of the control routes (a reload-token, /health) on the server's loop. It never
+takes the process's signals (the server's own uvicorn does): uvicorn's `serve` would
+install handlers of its own, so this runs its startup, main loop and shutdown itself.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import socket
+import threading
 
 import uvicorn
 
@@ -19,6 +21,7 @@ from agent_server.broker.forward import Forwarder
 logger = logging.getLogger("agent_server.broker")
 
 LOOPBACK = "127.0.0.1"
+START_TIMEOUT_S = 10.0
 
 
 class BrokerServer:
@@ -28,8 +31,8 @@ class BrokerServer:
         self.forwarder = forwarder
         self.url = ""
         self._server: uvicorn.Server | None = None
-        self._socket: socket.socket | None = None
-        self._loop_task: asyncio.Task[None] | None = None
+        self._thread: threading.Thread | None = None
+        self._failed: BaseException | None = None
 
     async def start(self) -> str:
         """Listen on a free loopback port; return the base URL a spawn is given."""
@@ -52,23 +55,47 @@ class BrokerServer:
         config.load()
         server = uvicorn.Server(config)
         server.lifespan = config.lifespan_class(config)
-        await server.startup(sockets=[sock])
-        self._server, self._socket = server, sock
-        self._loop_task = asyncio.create_task(server.main_loop(), name="broker")
+        started = threading.Event()
+        self._server = server
+        self._thread = threading.Thread(
+            target=self._run, args=(server, sock, started), name="broker", daemon=True
+        )
+        self._thread.start()
+        await asyncio.to_thread(started.wait, START_TIMEOUT_S)
+        if not server.started:
+            msg = f"the broker did not start: {self._failed!r}"
+            raise RuntimeError(msg)
         self.url = f"http://{LOOPBACK}:{sock.getsockname()[1]}"
         logger.info("broker listening on %s", self.url)
         return self.url
 
+    def _run(self, server: uvicorn.Server, sock: socket.socket, started: threading.Event) -> None:
+        """The broker thread: its own loop, from startup to the upstream client's close."""
+
+        async def serve() -> None:
+            try:
+                await server.startup(sockets=[sock])
+            finally:
+                started.set()
+            await server.main_loop()
+            await server.shutdown(sockets=[sock])
+            await self.forwarder.aclose()
+
+        try:
+            asyncio.run(serve())
+        except BaseException as failed:  # reported by `start`, or logged at `stop`
+            self._failed = failed
+            started.set()
+        finally:
+            sock.close()
+
     async def stop(self) -> None:
         """Stop listening and close the upstream client (idempotent)."""
         server, self._server = self._server, None
-        if server is not None:
-            server.should_exit = True
-            if self._loop_task is not None:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await self._loop_task
-            await server.shutdown(sockets=[self._socket] if self._socket else None)
-        if self._socket is not None:
-            self._socket.close()
-            self._socket = None
-        await self.forwarder.aclose()
+        thread, self._thread = self._thread, None
+        if server is None or thread is None:
+            return
+        server.should_exit = True
+        await asyncio.to_thread(thread.join, START_TIMEOUT_S)
+        if self._failed is not None:
+            logger.warning("the broker stopped on an error: %r", self._failed)
