@@ -32,6 +32,8 @@ class Exchange:
     """The API's `error.message` of a refusal, at most 500 characters."""
     at: float = 0.0
     """When its answer started (epoch seconds)."""
+    rung: int = 0
+    """The credential of the turn's ladder it went out with (0: the turn's own)."""
 
     @property
     def served(self) -> bool:

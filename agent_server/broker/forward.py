@@ -15,11 +15,14 @@ import json
 import logging
 import time
 import zlib
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from agent_server.broker.exchange import ERROR_BODY_BYTES, Exchange, kept_headers
-from agent_server.broker.grants import Grant, Grants
+from agent_server.broker.grants import Grant, Grants, Rung
+from agent_server.broker.verdict import verdict_of
+from agent_server.names import OutcomeKind
 
 if TYPE_CHECKING:
     import httpx
@@ -46,6 +49,8 @@ _HOP_BY_HOP = frozenset(
         b"upgrade",
     }
 )
+_SWITCHABLE = frozenset({400, 401, 402, 403, 429})
+"""Statuses of a refusal another rung may fix (a 400 only about the credit balance)."""
 _NOT_FORWARDED = _HOP_BY_HOP | {b"host", b"content-length", b"authorization", b"x-api-key"}
 
 
@@ -89,25 +94,56 @@ class Forwarder:
         if body is None:
             await _refuse(send, 413, "request_too_large", "the request body is too large")
             return
-        target = grant.upstream + scope["raw_path"].decode("latin-1")
+        path = scope["raw_path"].decode("latin-1")
         if scope["query_string"]:
-            target += "?" + scope["query_string"].decode("latin-1")
+            path += "?" + scope["query_string"].decode("latin-1")
         forwarded = [(k, v) for k, v in headers if _forwarded(k, v)]
-        forwarded.append(_credential_header(grant))
+        rungs = grant.rungs()
+        index = grant.rung
+        while True:
+            rung = rungs[index]
+            response = await self._send(scope["method"], rung, path, forwarded, body)
+            if response is None:
+                grant.exchanges.add(Exchange(None, at=time.time(), rung=index))
+                await _refuse(send, 502, "api_error", "the server could not reach the API")
+                return
+            try:
+                exchange = Exchange(
+                    response.status_code, kept_headers(response.headers), at=time.time(), rung=index
+                )
+                chunks = response.aiter_raw()
+                head = b""
+                if response.status_code in _SWITCHABLE and index + 1 < len(rungs):
+                    head = await _error_head(response, chunks, exchange)
+                    if _switch(exchange):
+                        # The CLI never sees this refusal: the same request goes on the next rung.
+                        grant.exchanges.add(exchange)
+                        index = grant.rung = max(grant.rung, index + 1)
+                        continue
+                grant.exchanges.add(exchange)
+                await _relay(response, exchange, head, chunks, send)
+                return
+            finally:
+                await response.aclose()
+
+    async def _send(
+        self,
+        method: str,
+        rung: Rung,
+        path: str,
+        headers: list[tuple[bytes, bytes]],
+        body: bytes,
+    ) -> httpx.Response | None:
+        """Send the request on `rung`; its answer, streaming, or None when none came."""
         import httpx  # imported at the first request, not at boot (see upstream_client)
 
-        request = httpx.Request(scope["method"], target, headers=forwarded, content=body)
+        headers = [*headers, _credential_header(rung)]
+        request = httpx.Request(method, rung.upstream + path, headers=headers, content=body)
         try:
-            response = await self.client.send(request, stream=True)
+            return await self.client.send(request, stream=True)
         except httpx.HTTPError as failed:
             logger.warning("broker: the upstream could not be reached: %s", type(failed).__name__)
-            grant.exchanges.add(Exchange(None, at=time.time()))
-            await _refuse(send, 502, "api_error", "the server could not reach the API")
-            return
-        try:
-            await _relay(response, grant, send)
-        finally:
-            await response.aclose()
+            return None
 
     def _grant_of(self, headers: list[tuple[bytes, bytes]]) -> Grant | None:
         """The grant of the placeholder the request presents, in either credential header."""
@@ -125,10 +161,34 @@ class Forwarder:
         return None
 
 
-async def _relay(response: httpx.Response, grant: Grant, send: Send) -> None:
-    """Stream the upstream's answer to the CLI; record its exchange as it starts."""
-    exchange = Exchange(response.status_code, kept_headers(response.headers), at=time.time())
-    grant.exchanges.add(exchange)
+async def _error_head(
+    response: httpx.Response, chunks: AsyncIterator[bytes], exchange: Exchange
+) -> bytes:
+    """Read a refusal's first bytes (its whole body, as the API's are small) into
+    `exchange` before anything reaches the CLI: the refusal may yet be switched."""
+    head = bytearray()
+    async for chunk in chunks:
+        head += chunk
+        if len(head) >= ERROR_BODY_BYTES:
+            break
+    exchange.read_error_body(_decoded(bytes(head), response.headers.get("content-encoding")))
+    return bytes(head)
+
+
+def _switch(exchange: Exchange) -> bool:
+    """Whether a refusal is one another credential may not get: a rate limit, auth, billing."""
+    kind = verdict_of(exchange, datetime.now(UTC)).kind
+    return kind in (OutcomeKind.RATE_LIMIT, OutcomeKind.AUTH, OutcomeKind.BILLING)
+
+
+async def _relay(
+    response: httpx.Response,
+    exchange: Exchange,
+    head: bytes,
+    chunks: AsyncIterator[bytes],
+    send: Send,
+) -> None:
+    """Stream the upstream's answer to the CLI: `head` (already read), then the rest."""
     await send(
         {
             "type": "http.response.start",
@@ -136,8 +196,10 @@ async def _relay(response: httpx.Response, grant: Grant, send: Send) -> None:
             "headers": [(k, v) for k, v in response.headers.raw if k.lower() not in _HOP_BY_HOP],
         }
     )
-    kept = bytearray() if response.status_code >= 400 else None
-    async for chunk in response.aiter_raw():
+    if head:
+        await send({"type": "http.response.body", "body": head, "more_body": True})
+    kept = bytearray() if response.status_code >= 400 and not head else None
+    async for chunk in chunks:
         if kept is not None and len(kept) < ERROR_BODY_BYTES:
             kept += chunk[: ERROR_BODY_BYTES - len(kept)]
         await send({"type": "http.response.body", "body": chunk, "more_body": True})
@@ -156,9 +218,9 @@ def _forwarded(name: bytes, value: bytes) -> bool:
     return lowered not in _NOT_FORWARDED
 
 
-def _credential_header(grant: Grant) -> tuple[bytes, bytes]:
-    secret = grant.secret.get_secret_value().encode("latin-1")
-    if grant.header == "x-api-key":
+def _credential_header(rung: Rung) -> tuple[bytes, bytes]:
+    secret = rung.secret.get_secret_value().encode("latin-1")
+    if rung.header == "x-api-key":
         return b"x-api-key", secret
     return b"authorization", b"Bearer " + secret
 

@@ -30,14 +30,33 @@ PLACEHOLDER_PREFIX = "agent-server-placeholder-"
 
 
 @dataclass(frozen=True)
+class Rung:
+    """One credential of a turn's ladder: its secret, its header, its upstream."""
+
+    header: CredentialHeader
+    secret: SecretStr
+    upstream: str
+    """The base URL its requests go to (no trailing slash): the API, or a gateway."""
+
+
+@dataclass
 class Grant:
-    """What one turn's placeholder stands for in the broker."""
+    """What one turn's placeholder stands for in the broker: the turn's credential, and
+    the ladder of more credentials after it (contract §6.2, `auth_ladder`)."""
 
     header: CredentialHeader
     secret: SecretStr
     upstream: str
     """The base URL its requests go to (no trailing slash): the API, or a gateway."""
     exchanges: TurnExchanges = field(default_factory=TurnExchanges)
+    ladder: tuple[Rung, ...] = ()
+    """The credentials to use, in order, after a switchable refusal of the one in use."""
+    rung: int = 0
+    """The rung in use now (0: the turn's own); only the broker's thread moves it."""
+
+    def rungs(self) -> tuple[Rung, ...]:
+        """Every credential of the turn, its own first."""
+        return (Rung(self.header, self.secret, self.upstream), *self.ladder)
 
 
 class Grants:

@@ -42,10 +42,12 @@ class Answer:
 
 
 class RecordingUpstream(ThreadServer):
-    """The upstream: `answer` what to send, `received` what came."""
+    """The upstream: `answer` what to send (`by_credential` for some), `received` what came."""
 
     def __init__(self) -> None:
         self.answer = Answer()
+        self.by_credential: dict[str, Answer] = {}
+        """Answers for requests carrying a credential (`x-api-key`, or a bearer's value)."""
         self.received: list[Received] = []
         self._released = threading.Event()
 
@@ -72,7 +74,10 @@ class RecordingUpstream(ThreadServer):
                 body,
             )
         )
-        answer = self.answer
+        credential = request.headers.get("x-api-key") or request.headers.get(
+            "authorization", ""
+        ).removeprefix("Bearer ")
+        answer = self.by_credential.get(credential, self.answer)
         response: Response = StreamingResponse(
             self._chunks(answer), status_code=answer.status, headers=answer.headers
         )

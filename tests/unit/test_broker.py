@@ -16,6 +16,7 @@ import pytest
 from pydantic import SecretStr
 
 from agent_server.broker import Broker, Grant
+from agent_server.broker.grants import Rung
 from tests.support.recording_upstream import Answer, RecordingUpstream
 
 REAL = "sk-ant-oat01-the-real-credential-0123456789"
@@ -242,3 +243,87 @@ def test_a_lease_revokes_its_placeholder_at_its_end(upstream: RecordingUpstream)
         return inside, after
 
     assert run_with_broker(test) == (200, 401)
+
+
+LIMITED = Answer(
+    status=429,
+    headers={"anthropic-ratelimit-unified-representative-claim": "five_hour"},
+    chunks=(b'{"type": "error", "error": {"type": "rate_limit_error", "message": "limit"}}',),
+)
+
+
+def laddered(upstream: RecordingUpstream, *secrets: str) -> Grant:
+    """A grant on `REAL`, then a rung for each of `secrets`."""
+    rungs = tuple(Rung("authorization", SecretStr(s), upstream.base_url) for s in secrets)
+    return Grant("authorization", SecretStr(REAL), upstream.base_url, ladder=rungs)
+
+
+def test_a_switchable_refusal_sends_the_same_request_on_the_next_rung(
+    upstream: RecordingUpstream,
+) -> None:
+    """A's 429 never reaches the client: B serves the same request, and both are recorded."""
+    upstream.by_credential[REAL] = LIMITED
+    turn = laddered(upstream, "rung-b")
+
+    async def test(broker: Broker, client: httpx.AsyncClient) -> list[int]:
+        placeholder = broker.grants.issue(turn, "")
+        headers = {"authorization": f"Bearer {placeholder}"}
+        first = await client.post("/v1/messages?beta=true", content=b"{}", headers=headers)
+        second = await client.post("/v1/messages?beta=true", content=b"{}", headers=headers)
+        return [first.status_code, second.status_code]
+
+    assert run_with_broker(test) == [200, 200]
+    sent = [dict(r.headers)["authorization"] for r in upstream.received]
+    # The turn stays on B: A is asked once.
+    assert sent == [f"Bearer {REAL}", "Bearer rung-b", "Bearer rung-b"]
+    assert [r.body for r in upstream.received] == [b"{}"] * 3
+    assert [(e.rung, e.status) for e in turn.exchanges.all()] == [(0, 429), (1, 200), (1, 200)]
+
+
+@pytest.mark.parametrize(
+    ("case", "answer"),
+    [
+        ("an overload is no credential's", Answer(status=529)),
+        (
+            "a 400 not about the credit balance",
+            Answer(
+                status=400,
+                chunks=(b'{"error": {"type": "invalid_request_error", "message": "bad"}}',),
+            ),
+        ),
+    ],
+)
+def test_a_refusal_no_switch_fixes_reaches_the_cli_whole(
+    upstream: RecordingUpstream, case: str, answer: Answer
+) -> None:
+    """The CLI gets the refusal as the API sent it; the next rung is never asked."""
+    upstream.by_credential[REAL] = answer
+    turn = laddered(upstream, "rung-b")
+
+    async def test(broker: Broker, client: httpx.AsyncClient) -> httpx.Response:
+        placeholder = broker.grants.issue(turn, "")
+        return await client.post("/v1/messages", headers={"authorization": f"Bearer {placeholder}"})
+
+    response = run_with_broker(test)
+    assert response.status_code == answer.status, case
+    assert response.content == b"".join(answer.chunks)
+    assert len(upstream.received) == 1
+
+
+def test_the_last_rungs_refusal_reaches_the_cli(upstream: RecordingUpstream) -> None:
+    """With no rung left, the refusal is the turn's: relayed as the API sent it."""
+    upstream.by_credential[REAL] = LIMITED
+    upstream.by_credential["rung-b"] = LIMITED
+    turn = laddered(upstream, "rung-b")
+
+    async def test(broker: Broker, client: httpx.AsyncClient) -> httpx.Response:
+        placeholder = broker.grants.issue(turn, "")
+        return await client.post("/v1/messages", headers={"authorization": f"Bearer {placeholder}"})
+
+    response = run_with_broker(test)
+    assert response.status_code == 429
+    assert response.json()["error"]["type"] == "rate_limit_error"
+    assert [(e.rung, e.error_type) for e in turn.exchanges.all()] == [
+        (0, "rate_limit_error"),
+        (1, "rate_limit_error"),
+    ]
