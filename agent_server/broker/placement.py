@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from pydantic import SecretStr
 
-from agent_server.broker.grants import CredentialHeader, Grant
+from agent_server.broker.grants import CredentialHeader, Grant, Rung
 from agent_server.names import (
     API_KEY,
     AUTH_TOKEN,
@@ -27,6 +27,7 @@ from agent_server.names import (
     Layer,
 )
 from agent_server.spawn_env.route import effective_credential
+from agent_server.turn_models import AuthOverride
 
 DEFAULT_UPSTREAM = "https://api.anthropic.com"
 """Where Claude Code sends a credential when no base URL is set."""
@@ -74,3 +75,15 @@ def placement(
         for name in _NO_PROXY:
             placed[name] = ",".join(filter(None, (placed.get(name), "127.0.0.1", "localhost")))
     return Placement(grant, placed, placeholder)
+
+
+def rung_of(override: AuthOverride, upstream: str) -> Rung:
+    """One `auth_ladder` entry as the broker sends it: a subscription token or a key to
+    `upstream` (where the turn's own override goes), a provider to its own base URL."""
+    if override.provider is not None:
+        provider = override.provider
+        return Rung("authorization", provider.auth_token, provider.base_url.rstrip("/"))
+    if override.oauth_token is not None:
+        return Rung("authorization", override.oauth_token, upstream)
+    assert override.api_key is not None  # noqa: S101 - AuthOverride holds exactly one
+    return Rung("x-api-key", override.api_key, upstream)

@@ -15,7 +15,7 @@ from typing import Any
 
 from agent_server.errors import ApiError
 from agent_server.execution.exchanges import Seen
-from agent_server.execution.outcome import Outcome
+from agent_server.execution.outcome import ROWS, Outcome
 from agent_server.execution.resets import format_instant
 from agent_server.execution.transcript import Transcript
 from agent_server.names import AUTH_OVERRIDE_HEADER, AuthRoute, OutcomeKind
@@ -23,7 +23,13 @@ from agent_server.redaction import Serialised
 from agent_server.runtimes.context import context_window_for
 from agent_server.runtimes.events import load_event
 from agent_server.runtimes.stream import TurnStream
-from agent_server.turn_models import ChatContext, TurnMetadata, TurnResponse
+from agent_server.turn_models import (
+    ChatContext,
+    CredentialRefusal,
+    CredentialUse,
+    TurnMetadata,
+    TurnResponse,
+)
 
 
 @dataclass
@@ -61,6 +67,17 @@ class FinishedTurn:
     """The asked turn fields its runtime took without enforcing them."""
     seen: Seen | None = None
     """What the broker saw of the turn's requests (None: it ran without the broker)."""
+    ladder: tuple[tuple[AuthRoute, str | None], ...] = ()
+    """With an `auth_ladder`: each credential's route and fingerprint, its own first."""
+
+    @property
+    def served_by(self) -> str | None:
+        """The fingerprint the answer names: the credential the turn ended on."""
+        if not self.credited:
+            return None
+        if self.ladder and self.seen is not None:
+            return self.ladder[self.seen.last_rung][1]
+        return self.fingerprint
 
     @property
     def credited(self) -> bool:
@@ -111,7 +128,7 @@ def build_answer(outcome: Outcome, turn: FinishedTurn, now: datetime) -> TurnAns
         exit_code=turn.exit_code,
         auth_route=turn.auth_route,
         generation=turn.generation,
-        fingerprint=turn.fingerprint if turn.credited else None,
+        fingerprint=turn.served_by,
         api_key_source=stream.api_key_source,
         log_truncated=turn.transcript.truncated,
         session_reset=turn.session_reset,
@@ -119,6 +136,7 @@ def build_answer(outcome: Outcome, turn: FinishedTurn, now: datetime) -> TurnAns
         rate_limit=stream.rate_limit if turn.seen is None else turn.seen.reading,
         not_enforced=list(turn.not_enforced),
         api_requests=None if turn.seen is None else turn.seen.requests,
+        credentials=_credentials(turn) if turn.ladder else None,
     )
     log = _events(turn.transcript)
     if outcome.kind in (OutcomeKind.SUCCESS, OutcomeKind.CANCELLED):
@@ -200,6 +218,29 @@ def retry_after_seconds(outcome: Outcome, now: datetime) -> int | None:
     aware_now = now if now.tzinfo is not None else now.replace(tzinfo=UTC)
     seconds = (outcome.resets_at - aware_now).total_seconds()
     return max(1, math.ceil(seconds))
+
+
+def _credentials(turn: FinishedTurn) -> list[CredentialUse]:
+    """Every credential of a laddered turn the broker sent a request with (§6.2)."""
+    uses = turn.seen.rungs if turn.seen is not None else ()
+    return [
+        CredentialUse(
+            rung=use.rung,
+            auth_route=turn.ladder[use.rung][0],
+            fingerprint=turn.ladder[use.rung][1],
+            served=use.served,
+            refusals=[
+                CredentialRefusal(
+                    error_code=(ROWS[v.kind].error_code if v.kind else None) or "execution_error",
+                    api_error_status=v.api_error_status,
+                    resets_at=format_instant(v.resets_at) if v.resets_at else None,
+                    rate_limit_type=v.rate_limit_type,
+                )
+                for v in use.refusals
+            ],
+        )
+        for use in uses
+    ]
 
 
 def _chat_context(stream: TurnStream, context_window: int) -> ChatContext:

@@ -33,6 +33,8 @@ class TurnAsk:
     resume_session_id: str | None = None
     persist_session: bool = True
     auth_override: AuthOverride | None = None
+    auth_ladder: tuple[AuthOverride, ...] = ()
+    """More credentials after `auth_override`, for the broker (contract §6.2)."""
     images: tuple[ImageInput, ...] | None = None
     reset_unknown_session: bool = False
     """Chat only: when the CLI no longer knows the session, start a new one once."""
@@ -85,6 +87,24 @@ class TurnAsk:
                     for name in refused
                 ]
             )
+
+    def refuse_unusable_ladder(self, brokered: bool) -> None:
+        """422 when the ladder cannot be used: no broker, no `auth_override` to go after,
+        or a rung of another kind (the CLI's requests differ by credential mode)."""
+        if not self.auth_ladder:
+            return
+        kind = self.auth_override.kind if self.auth_override is not None else None
+        if not brokered:
+            problem = "auth_ladder needs the broker (AGENT_SERVER_BROKER=1, Claude Code)"
+        elif kind is None:
+            problem = "auth_ladder needs an auth_override to go after"
+        elif any(rung.kind != kind for rung in self.auth_ladder):
+            problem = f"every auth_ladder entry must be of the auth_override's kind, {kind}"
+        else:
+            return
+        raise RequestInvalid(
+            [{"type": "value_error", "loc": ["body", "auth_ladder"], "msg": problem}]
+        )
 
     def unenforced_by(self, adapter: RuntimeAdapter) -> tuple[str, ...]:
         """The asked fields `adapter` takes without enforcing them."""

@@ -16,17 +16,19 @@ answer's headers report. `judge` puts that over the outcome the CLI's stream gav
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 
 from agent_server.broker import Broker, ExchangeVerdict, TurnExchanges, rate_limit_info, verdict_of
+from agent_server.broker.placement import rung_of
+from agent_server.credentials.state import fingerprint
 from agent_server.execution.outcome import Outcome, fallback_message, outcome_of
 from agent_server.execution.resets import format_instant
-from agent_server.names import Layer, OutcomeKind
+from agent_server.names import AuthRoute, Layer, OutcomeKind
 from agent_server.runtimes.rate_limit import read_rate_limit
-from agent_server.turn_models import RateLimitReading
+from agent_server.turn_models import AuthOverride, RateLimitReading
 
 _DECIDED_BY_EXCHANGE = frozenset(
     {
@@ -47,6 +49,15 @@ UNANSWERED = (
 
 
 @dataclass(frozen=True)
+class RungUse:
+    """What one credential of a turn's ladder did: requests served, refusals it got."""
+
+    rung: int
+    served: int
+    refusals: tuple[ExchangeVerdict, ...]
+
+
+@dataclass(frozen=True)
 class Seen:
     """What the broker saw of one turn's requests."""
 
@@ -59,6 +70,10 @@ class Seen:
     """The last exchange's, or None when there was none."""
     reading: RateLimitReading | None
     """The headroom the last answer with unified headers reported."""
+    rungs: tuple[RungUse, ...] = ()
+    """Each credential of the turn the broker sent a request with, its own (0) first."""
+    last_rung: int = 0
+    """The credential of the last exchange: the one the turn ended on."""
 
 
 def seen(exchanges: TurnExchanges, now: datetime) -> Seen:
@@ -69,11 +84,20 @@ def seen(exchanges: TurnExchanges, now: datetime) -> Seen:
         reading = read_rate_limit(rate_limit_info(exchange.headers))
         if reading is not None:
             break
+    served: dict[int, int] = {}
+    refused: dict[int, list[ExchangeVerdict]] = {}
+    for exchange in kept:
+        served[exchange.rung] = served.get(exchange.rung, 0) + exchange.served
+        refusals = refused.setdefault(exchange.rung, [])
+        if not exchange.served:
+            refusals.append(verdict_of(exchange, now))
     return Seen(
         requests=exchanges.count,
         answered=any(exchange.status is not None for exchange in kept),
         verdict=verdict_of(kept[-1], now) if kept else None,
         reading=reading,
+        rungs=tuple(RungUse(i, served[i], tuple(refused[i])) for i in sorted(served)),
+        last_rung=kept[-1].rung if kept else 0,
     )
 
 
@@ -105,12 +129,31 @@ def judge(outcome: Outcome, turn: Seen, label: str) -> Outcome:
 
 @contextmanager
 def placed_env(
-    broker: Broker | None, env: dict[str, str], sources: Mapping[str, Layer]
+    broker: Broker | None,
+    env: dict[str, str],
+    sources: Mapping[str, Layer],
+    ladder: Sequence[AuthOverride] = (),
 ) -> Iterator[tuple[dict[str, str], TurnExchanges | None]]:
-    """A spawn's env with its credential in the broker's hands, and the turn's exchanges,
-    for the block's length; `env` as it is, and None, without a broker or outside it."""
+    """A spawn's env with its credential (and `ladder` after it) in the broker's hands,
+    and the turn's exchanges, for the block's length; `env` as it is, and None, without
+    a broker or outside it."""
     if broker is None:
         yield env, None
         return
     with broker.lease(env, sources) as placed:
-        yield (env, None) if placed is None else (placed.env, placed.grant.exchanges)
+        if placed is None:
+            yield env, None
+            return
+        # Set before the spawn: no request can reach the grant before this.
+        placed.grant.ladder = tuple(rung_of(o, placed.grant.upstream) for o in ladder)
+        yield placed.env, placed.grant.exchanges
+
+
+def ladder_named(
+    route: AuthRoute, own: str | None, ladder: Sequence[AuthOverride]
+) -> tuple[tuple[AuthRoute, str | None], ...]:
+    """Each credential of a laddered turn by route and fingerprint, its own (`route`,
+    `own`) first; none without a ladder."""
+    if not ladder:
+        return ()
+    return ((route, own), *((rung.kind, fingerprint(rung.secret)) for rung in ladder))

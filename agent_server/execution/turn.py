@@ -34,7 +34,7 @@ from agent_server.execution.answer import (
 )
 from agent_server.execution.ask import AcceptedTurn, TurnAsk, new_session_id
 from agent_server.execution.chat_session import ChatSession
-from agent_server.execution.exchanges import judge, placed_env, seen
+from agent_server.execution.exchanges import judge, ladder_named, placed_env, seen
 from agent_server.execution.outcome import Outcome, cancelled, classify_outcome, shutdown_killed
 from agent_server.execution.process_group import Reaper
 from agent_server.execution.registry import Execution, Registry
@@ -110,6 +110,7 @@ class TurnRunner:
         must `finish` an accepted turn.
         """
         ask.refuse_unhonoured(self.adapter)
+        ask.refuse_unusable_ladder(self.broker is not None and self.adapter.brokered)
         execution_id = ask.execution_id or uuid.uuid4().hex
         if unenforced := ask.unenforced_by(self.adapter):
             logger.warning(
@@ -127,7 +128,7 @@ class TurnRunner:
             )
             override = None
         credential = spawn_credential(execution_id, override)
-        self.redactor.add(credential.secrets())
+        self.redactor.add([*credential.secrets(), *(rung.secret for rung in ask.auth_ladder)])
         generation = self.store.current.generation
         try:
             execution = self.registry.start(
@@ -253,7 +254,7 @@ class TurnRunner:
             # A label from a fixed set only: `.env` names are the agent's to choose.
             label = key if key in SUBSCRIPTION_SHADOW_KEYS else OTHER_LABEL
             self.metrics.suppressed_keys.labels(key=label).inc()
-        with placed_env(self.broker, env, spawn.sources) as (env, exchanges):
+        with placed_env(self.broker, env, spawn.sources, ask.auth_ladder) as (env, exchanges):
             environment = by_descriptor(env, self.adapter.credential_descriptors)
             return await self._run_spawns(
                 ask, execution, credential, state, environment, exchanges, chat=chat
@@ -273,8 +274,8 @@ class TurnRunner:
         """Spawn the turn's CLI (again on a new session if its chat's is gone); its answer."""
         spec = ask.spec(self.permission_mode, credential.model or ask.model, self.adapter)
         deadline = time.monotonic() + ask.timeout_s
-        secret = next(iter(credential.secrets()), None)
-        spawned_with = fingerprint(secret) if secret is not None else state.fingerprint
+        spawned_with = next((fingerprint(s) for s in credential.secrets()), state.fingerprint)
+        ladder = ladder_named(credential.auth_route, spawned_with, ask.auth_ladder)
         not_enforced = ask.unenforced_by(self.adapter)
 
         def answer(attempt: _Attempt) -> tuple[FinishedTurn, TurnAnswer]:
@@ -293,6 +294,7 @@ class TurnRunner:
                 chat=chat,
                 not_enforced=not_enforced,
                 seen=brokered,
+                ladder=ladder,
             )
             outcome = self._classify(attempt, execution, spec, now)
             if brokered is not None:

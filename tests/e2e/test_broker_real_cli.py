@@ -367,3 +367,45 @@ def test_a_claude_config_dir_in_dotenv_moves_no_credential(
     assert response.status_code == 200, response.text
     assert captured.headers["authorization"] == "fp:" + fingerprint(secret)
     assert agent_host.captured[before_host:] == []
+
+
+def test_a_turn_with_a_ladder_completes_on_b_after_as_429_with_one_spawn(
+    brokered: ServerProcess, api: CapturingStandIn, secret_registry: SecretRegistry
+) -> None:
+    """A's 429 never reaches the CLI: its one spawn's request goes again on B, which
+    serves; the answer names both, A's refusal with its window and reset."""
+    a, b = secret_registry.new("ladder_a"), secret_registry.new("ladder_b")
+    api.on(a, Scenario.RATE_LIMIT_FIVE_HOUR)
+    before = len(api.captured)
+    body = {
+        "message": "hi",
+        "auth_override": {"oauth_token": a},
+        "auth_ladder": [{"oauth_token": b}],
+    }
+    response = post(brokered, body)
+    assert response.status_code == 200, response.text
+    assert response.json()["response"].strip() == f"served-by kind=bearer fp={fingerprint(b)}"
+    assert response.headers[OVERRIDE_HEADER] == "oauth_token"
+    sent = api.captured[before:]
+    assert [c.headers["authorization"] for c in sent] == [
+        f"fp:{fingerprint(a)}",
+        f"fp:{fingerprint(b)}",
+    ]
+    assert len({c.headers["x-claude-code-session-id"] for c in sent}) == 1  # one spawn
+    assert sent[0].body == sent[1].body
+    meta = response.json()["metadata"]
+    assert meta["fingerprint"] == "sha256:" + fingerprint(b)
+    used_a, used_b = meta["credentials"]
+    assert (used_a["fingerprint"], used_a["served"]) == ("sha256:" + fingerprint(a), 0)
+    (refusal,) = used_a["refusals"]
+    assert (refusal["error_code"], refusal["api_error_status"], refusal["rate_limit_type"]) == (
+        "rate_limit",
+        429,
+        "five_hour",
+    )
+    assert refusal["resets_at"] is not None
+    assert (used_b["fingerprint"], used_b["served"], used_b["refusals"]) == (
+        "sha256:" + fingerprint(b),
+        1,
+        [],
+    )
