@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from agent_server.errors import RequestInvalid
@@ -12,6 +13,8 @@ from agent_server.execution.registry import Execution
 from agent_server.runtimes.base import RuntimeAdapter, TurnSpec
 from agent_server.spawn_env.per_spawn import SpawnCredential
 from agent_server.turn_models import AuthOverride, ImageInput
+
+logger = logging.getLogger("agent_server.turn")
 
 
 def new_session_id(adapter: RuntimeAdapter) -> str | None:
@@ -88,23 +91,30 @@ class TurnAsk:
                 ]
             )
 
-    def refuse_unusable_ladder(self, brokered: bool) -> None:
-        """422 when the ladder cannot be used: no broker, no `auth_override` to go after,
-        or a rung of another kind (the CLI's requests differ by credential mode)."""
+    def usable_ladder(self, brokered: bool) -> tuple[tuple[AuthOverride, ...], str | None]:
+        """The `auth_ladder` entries the broker can use, and why any were left out: all,
+        without the broker or an `auth_override` to go after; those of another kind than
+        the override (the CLI's requests differ by credential mode)."""
         if not self.auth_ladder:
-            return
+            return (), None
         kind = self.auth_override.kind if self.auth_override is not None else None
         if not brokered:
-            problem = "auth_ladder needs the broker (AGENT_SERVER_BROKER=1, Claude Code)"
-        elif kind is None:
-            problem = "auth_ladder needs an auth_override to go after"
-        elif any(rung.kind != kind for rung in self.auth_ladder):
-            problem = f"every auth_ladder entry must be of the auth_override's kind, {kind}"
-        else:
-            return
-        raise RequestInvalid(
-            [{"type": "value_error", "loc": ["body", "auth_ladder"], "msg": problem}]
-        )
+            return (), "it needs the broker (AGENT_SERVER_BROKER=1, Claude Code)"
+        if kind is None:
+            return (), "it needs an auth_override to go after"
+        usable = tuple(rung for rung in self.auth_ladder if rung.kind == kind)
+        if len(usable) < len(self.auth_ladder):
+            return usable, f"only entries of the auth_override's kind ({kind}) are used"
+        return usable, None
+
+    def keeping_usable_ladder(self, brokered: bool, execution_id: str) -> TurnAsk:
+        """This ask with only the ladder entries the broker can use; a WARNING says why
+        any were left out (the turn runs, as on a runtime that takes no override)."""
+        ladder, left_out = self.usable_ladder(brokered)
+        if left_out is None:
+            return self
+        logger.warning("auth_ladder: %s", left_out, extra={"execution_id": execution_id})
+        return replace(self, auth_ladder=ladder)
 
     def unenforced_by(self, adapter: RuntimeAdapter) -> tuple[str, ...]:
         """The asked fields `adapter` takes without enforcing them."""

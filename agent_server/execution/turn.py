@@ -102,15 +102,12 @@ class TurnRunner:
         return await self.finish(self.accept(ask, chat=chat))
 
     def accept(self, ask: TurnAsk, *, chat: ChatSession | None = None) -> AcceptedTurn:
-        """Register a turn: listed, counted against the cap, terminable; nothing runs yet.
+        """Register a turn (listed, counted against the cap, terminable); nothing runs yet.
 
-        Raises the turn's refusals (422 unsupported_by_runtime, 409 busy or
-        execution_in_progress, with the whole §7 body). With `chat`, the turn is one of
-        the agent's chat: `queued` until the chat turn before it is done. The caller
-        must `finish` an accepted turn.
-        """
+        Raises its refusals (422 unsupported_by_runtime, 409 busy or execution_in_progress,
+        with the whole §7 body). With `chat`, it is one of the agent's chat: `queued` until
+        the chat turn before it is done. The caller must `finish` an accepted turn."""
         ask.refuse_unhonoured(self.adapter)
-        ask.refuse_unusable_ladder(self.broker is not None and self.adapter.brokered)
         execution_id = ask.execution_id or uuid.uuid4().hex
         if unenforced := ask.unenforced_by(self.adapter):
             logger.warning(
@@ -127,6 +124,9 @@ class TurnRunner:
                 extra={"execution_id": execution_id},
             )
             override = None
+        ask = replace(ask, auth_override=override).keeping_usable_ladder(
+            self.broker is not None and self.adapter.brokered, execution_id
+        )
         credential = spawn_credential(execution_id, override)
         self.redactor.add([*credential.secrets(), *(rung.secret for rung in ask.auth_ladder)])
         generation = self.store.current.generation

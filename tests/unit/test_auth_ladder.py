@@ -1,10 +1,9 @@
-"""`auth_ladder` is taken only where the broker can use it (contract §6.2)."""
+"""`auth_ladder` is used only where the broker can use it (contract §6.2)."""
 
 from __future__ import annotations
 
 import pytest
 
-from agent_server.errors import RequestInvalid
 from agent_server.execution.ask import TurnAsk
 from agent_server.turn_models import AuthOverride, ParallelTaskRequest
 
@@ -21,27 +20,33 @@ def ask(override: dict[str, str] | None, *ladder: dict[str, str]) -> TurnAsk:
 
 
 @pytest.mark.parametrize(
-    ("case", "turn", "brokered", "problem"),
+    ("case", "turn", "brokered", "used", "why"),
     [
-        ("no ladder is always fine", ask(OAUTH), False, None),
-        ("a ladder of the override's kind, brokered", ask(OAUTH, OAUTH), True, None),
-        ("a ladder without the broker", ask(OAUTH, OAUTH), False, "needs the broker"),
-        ("a ladder with no override to go after", ask(None, OAUTH), True, "needs an auth_override"),
-        ("a rung of another kind", ask(OAUTH, KEY), True, "of the auth_override's kind"),
+        ("no ladder", ask(OAUTH), False, 0, None),
+        ("a ladder of the override's kind, brokered", ask(OAUTH, OAUTH, OAUTH), True, 2, None),
+        ("a ladder without the broker", ask(OAUTH, OAUTH), False, 0, "needs the broker"),
+        ("a ladder with no override to go after", ask(None, OAUTH), True, 0, "an auth_override"),
+        (
+            "a rung of another kind is left out",
+            ask(OAUTH, KEY, OAUTH),
+            True,
+            1,
+            "kind (oauth_token)",
+        ),
     ],
 )
-def test_a_ladder_is_refused_where_it_cannot_serve(
-    case: str, turn: TurnAsk, brokered: bool, problem: str | None
+def test_only_the_rungs_the_broker_can_use_are_kept(
+    case: str, turn: TurnAsk, brokered: bool, used: int, why: str | None
 ) -> None:
-    """422 at `auth_ladder`, saying why; nothing runs."""
-    if problem is None:
-        turn.refuse_unusable_ladder(brokered)
-        return
-    with pytest.raises(RequestInvalid) as refused:
-        turn.refuse_unusable_ladder(brokered)
-    (error,) = refused.value.errors
-    assert error["loc"] == ["body", "auth_ladder"]
-    assert problem in error["msg"], case
+    """A schema-valid ladder is never refused: what cannot serve is left out, and why is
+    said (the turn runs, as an override does on a runtime that cannot take it)."""
+    ladder, left_out = turn.usable_ladder(brokered)
+    assert len(ladder) == used, case
+    assert all(rung.kind == "oauth_token" for rung in ladder)
+    if why is None:
+        assert left_out is None
+    else:
+        assert left_out is not None and why in left_out, case
 
 
 def test_a_ladder_holds_at_most_eight_credentials() -> None:
