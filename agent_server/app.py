@@ -202,8 +202,12 @@ def create_app(settings: Settings, services: Services | None = None) -> Starlett
         if services.results.callbacks is not None:
             services.results.callbacks.sweep_later()
         services.readiness.check_at_boot()
+        if services.broker is not None:
+            await services.broker.start()
         yield
         await services.registry.drain(settings.shutdown_grace_s)
+        if services.broker is not None:
+            await services.broker.stop()
         # Turns have answered; their results are being retained and sent (kept if not).
         await services.results.close(RECORDS_AT_EXIT_S)
         services.spawn_files.close()

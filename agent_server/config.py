@@ -52,6 +52,8 @@ class Settings:
     spawn user, its HOME, USER and LOGNAME are that user's."""
     spawn_user: SpawnUser | None = None
     """`AGENT_SERVER_SPAWN_USER`: whom every spawn runs as (None: the server's own uid)."""
+    broker: bool = False
+    """`AGENT_SERVER_BROKER=1`: Claude Code's credentials reach only the broker (§4.8)."""
 
     @property
     def override_file(self) -> Path:
@@ -103,6 +105,7 @@ class Settings:
             callback_key=SecretStr(callback_key) if callback_key else None,
             baseline_env={**environ, **(spawn_user.environ() if spawn_user else {})},
             spawn_user=spawn_user,
+            broker=_flag(environ, "AGENT_SERVER_BROKER"),
         )
 
     @classmethod

@@ -17,7 +17,7 @@
 
 `app.py` maps `ApiError` to a response in one place, and an HTTP-level refusal
 (Starlette's `HTTPException`) by `HTTP_ERROR_CODES`. Turn outcomes (contract §7) are
-not exceptions: they are `Outcome` values built by `execution.outcome`.
+not exceptions: they are `Outcome` values built by `outcome.classify`.
 """
 
 from __future__ import annotations

@@ -58,37 +58,7 @@ def openapi_document(
     refs, definitions = models_json_schema(keyed, ref_template=_REF)
     paths: dict[str, dict[str, Any]] = {}
     for endpoint in endpoints:
-        operation: dict[str, Any] = {
-            "summary": endpoint.summary,
-            "operationId": endpoint.handler.__name__,
-            "responses": {},
-        }
-        if "{" in endpoint.path:
-            name = endpoint.path.split("{", 1)[1].split("}", 1)[0]
-            operation["parameters"] = [
-                {
-                    "name": name,
-                    "in": "path",
-                    "required": True,
-                    "schema": {"type": "string", "pattern": EXECUTION_ID_PATTERN},
-                }
-            ]
-        if endpoint.request is not None:
-            schema = refs[(endpoint.request, "validation")]
-            operation["requestBody"] = {
-                "required": True,
-                "content": {"application/json": {"schema": schema}},
-            }
-            # Every body is read through the one size limit (routes/requests.py).
-            operation["responses"]["413"] = _response(ErrorResponse, refs, "application/json")
-        for status, answer in _with_internal_error(endpoint.responses).items():
-            operation["responses"][str(status)] = _response(
-                answer, refs, endpoint.media_type if status < 300 else "application/json"
-            )
-        if not endpoint.public:
-            operation["security"] = [{"controllerToken": []}]
-            operation["responses"]["401"] = _response(Unauthorized, refs, "application/json")
-        paths.setdefault(endpoint.path, {})[endpoint.method.lower()] = operation
+        paths.setdefault(endpoint.path, {})[endpoint.method.lower()] = _operation(endpoint, refs)
     schemas = definitions.get("$defs", {})
     for model, codes in (error_codes or {}).items():
         schemas[model.__name__]["properties"]["error_code"]["enum"] = list(codes)
@@ -107,6 +77,41 @@ def openapi_document(
             },
         },
     }
+
+
+def _operation(endpoint: Endpoint, refs: Mapping[Any, Any]) -> dict[str, Any]:
+    """One route's operation object: its parameters, body, answers and security."""
+    operation: dict[str, Any] = {
+        "summary": endpoint.summary,
+        "operationId": endpoint.handler.__name__,
+        "responses": {},
+    }
+    if "{" in endpoint.path:
+        name = endpoint.path.split("{", 1)[1].split("}", 1)[0]
+        operation["parameters"] = [
+            {
+                "name": name,
+                "in": "path",
+                "required": True,
+                "schema": {"type": "string", "pattern": EXECUTION_ID_PATTERN},
+            }
+        ]
+    if endpoint.request is not None:
+        schema = refs[(endpoint.request, "validation")]
+        operation["requestBody"] = {
+            "required": True,
+            "content": {"application/json": {"schema": schema}},
+        }
+        # Every body is read through the one size limit (routes/requests.py).
+        operation["responses"]["413"] = _response(ErrorResponse, refs, "application/json")
+    for status, answer in _with_internal_error(endpoint.responses).items():
+        operation["responses"][str(status)] = _response(
+            answer, refs, endpoint.media_type if status < 300 else "application/json"
+        )
+    if not endpoint.public:
+        operation["security"] = [{"controllerToken": []}]
+        operation["responses"]["401"] = _response(Unauthorized, refs, "application/json")
+    return operation
 
 
 def _with_internal_error(responses: Mapping[int, Answer]) -> dict[int, Answer]:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pydantic import SecretStr
 
 from agent_server.auth import resolve_controller_token
+from agent_server.broker import Broker
 from agent_server.config import Settings
 from agent_server.credentials.override_file import OverrideFile
 from agent_server.credentials.state import CredentialState
@@ -55,6 +56,8 @@ class Services:
     spawn_files: SpawnFiles
     readiness: Readiness
     controller_token: SecretStr | None
+    broker: Broker | None = None
+    """The credential broker, when the settings ask for it and the runtime is Claude Code."""
 
     @classmethod
     def build(
@@ -71,19 +74,8 @@ class Services:
         redactor.add([settings.auth_token, baseline.get(CONTROLLER_TOKEN), settings.callback_key])
         metrics = Metrics()
 
-        def remember(state: CredentialState) -> None:
-            redactor.add(overrides_secrets(state.overrides))
-            redactor.own([str(state.generation)])
-            metrics.generation.set(state.generation)
-
         adapter = adapter_for(settings.runtime)
-        store = CredentialStore.boot(
-            adapter.supports_auth_override,
-            baseline,
-            OverrideFile(settings.override_file),
-            on_change=remember,
-            prepare=serving,
-        )
+        store = _credential_store(settings, adapter, redactor, metrics, serving=serving)
         controller_token = (
             resolve_controller_token(
                 settings.auth_token, settings.insecure_no_auth, settings.state_dir
@@ -95,22 +87,9 @@ class Services:
         spawn_envs = SpawnEnvBuilder(DotenvFile(settings.env_file, settings.spawn_user), redactor)
         registry = Registry(settings.max_parallel)
         reaper = Reaper(files_as=settings.spawn_user)
-        callbacks = (
-            CallbackSender(
-                backend_url=settings.callback_url,
-                agent_name=settings.agent_name,
-                key=settings.callback_key,
-                signing_key=callback_key(controller_token) if controller_token else None,
-                pending=PendingResults(settings.state_dir / "pending-results"),
-                metrics=metrics,
-            )
-            if settings.callback_url and settings.callback_key
-            else None
-        )
-        results = Results(
-            RetainedResults(settings.state_dir / "results"), redactor, metrics, callbacks
-        )
+        results = _results(settings, redactor, metrics, controller_token)
         spawn_files = SpawnFiles.for_server() if serving else SpawnFiles(None)
+        broker = Broker() if serving and settings.broker and adapter.brokered else None
         turns = TurnRunner(
             adapter=adapter,
             store=store,
@@ -126,6 +105,7 @@ class Services:
             results=results,
             spawn_files=spawn_files,
             launcher=settings.spawn_user.launcher(settings.workdir) if settings.spawn_user else (),
+            broker=broker,
         )
         return cls(
             settings=settings,
@@ -140,12 +120,63 @@ class Services:
             results=results,
             turns=turns,
             spawn_files=spawn_files,
-            readiness=Readiness(
-                adapter,
-                store,
-                spawn_envs,
-                permission_mode=settings.permission_mode,
-                spawn_uid=settings.spawn_user.uid if settings.spawn_user else os.geteuid(),
-            ),
+            readiness=_readiness(settings, adapter, store, spawn_envs),
             controller_token=controller_token,
+            broker=broker,
         )
+
+
+def _credential_store(
+    settings: Settings,
+    adapter: RuntimeAdapter,
+    redactor: Redactor,
+    metrics: Metrics,
+    *,
+    serving: bool,
+) -> CredentialStore:
+    """The credential store at boot; each new state's secrets join the redactor."""
+
+    def remember(state: CredentialState) -> None:
+        redactor.add(overrides_secrets(state.overrides))
+        redactor.own([str(state.generation)])
+        metrics.generation.set(state.generation)
+
+    return CredentialStore.boot(
+        adapter.supports_auth_override,
+        settings.baseline_env,
+        OverrideFile(settings.override_file),
+        on_change=remember,
+        prepare=serving,
+    )
+
+
+def _results(
+    settings: Settings, redactor: Redactor, metrics: Metrics, controller_token: SecretStr | None
+) -> Results:
+    """Where terminal answers go besides HTTP: retained, and called back when configured."""
+    callbacks = (
+        CallbackSender(
+            backend_url=settings.callback_url,
+            agent_name=settings.agent_name,
+            key=settings.callback_key,
+            signing_key=callback_key(controller_token) if controller_token else None,
+            pending=PendingResults(settings.state_dir / "pending-results"),
+            metrics=metrics,
+        )
+        if settings.callback_url and settings.callback_key
+        else None
+    )
+    return Results(RetainedResults(settings.state_dir / "results"), redactor, metrics, callbacks)
+
+
+def _readiness(
+    settings: Settings, adapter: RuntimeAdapter, store: CredentialStore, spawn_envs: SpawnEnvBuilder
+) -> Readiness:
+    """Whether a turn can run here, judged for the uid the spawns run as."""
+    return Readiness(
+        adapter,
+        store,
+        spawn_envs,
+        permission_mode=settings.permission_mode,
+        spawn_uid=settings.spawn_user.uid if settings.spawn_user else os.geteuid(),
+    )

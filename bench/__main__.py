@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench import (
+    broker_forwarding,
     flood,
     machine_costs,
     memory_startup,
@@ -49,6 +50,13 @@ STEPS: dict[int, tuple[str, Step]] = {
         lambda _w, p: walk_cost.measure(p),
     ),
     9: ("a flooding turn: /health, RSS, SIGTERM", lambda w, p: asyncio.run(flood.measure(w, p))),
+    10: (
+        "the broker: time to first byte, a streamed answer, reloads under its traffic",
+        lambda w, p: [
+            *broker_forwarding.measure(p),
+            *asyncio.run(broker_forwarding.measure_reloads(w, p)),
+        ],
+    ),
 }
 
 

@@ -161,7 +161,7 @@ def install() -> None:
     from agent_server import app as app_module
     from agent_server.client_limits import GuardedProtocol
     from agent_server.execution import turn
-    from agent_server.process import runner
+    from agent_server.process import pipes
     from agent_server.routes import executions
     from agent_server.spawn_env.builder import SpawnEnvBuilder
 
@@ -198,7 +198,7 @@ def install() -> None:
     turn.run_process = _after_async("ended", turn.run_process)  # type: ignore[assignment]
     executions.answer = _around("answering", "serialised", executions.answer)  # type: ignore[assignment]
     probe_spawn()
-    probe_protocol(runner._TurnProtocol)
+    probe_protocol(pipes.ProcessProtocol)
 
 
 def probe_spawn() -> Callable[[], None]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
 
 from bench.client import Answer, LoopbackClient
 from bench.plan import Plan
@@ -69,13 +69,22 @@ async def _wait_running(client: LoopbackClient, count: int) -> None:
     raise RuntimeError(msg)
 
 
-async def measure(workspace: Workspace, plan: Plan) -> list[Figure]:
-    """p50/p99 of reload-token idle and under 32 streaming turns."""
-    with BenchServer(workspace, {"AGENT_SERVER_MAX_PARALLEL": str(PARALLEL)}) as server:
+async def measure(
+    workspace: Workspace,
+    plan: Plan,
+    *,
+    figure: str = "3",
+    server_env: Mapping[str, str] | None = None,
+    directive: str = "@stream",
+) -> list[Figure]:
+    """p50/p99 of reload-token idle and under 32 streaming turns (`directive` streams:
+    `@stream` prints, `@stream-api` streams from the API through the broker too)."""
+    env = {"AGENT_SERVER_MAX_PARALLEL": str(PARALLEL), **(server_env or {})}
+    with BenchServer(workspace, env) as server:
         async with server.client(4) as control, server.client(PARALLEL) as turns_client:
             await _reloads(control, 5, time.monotonic() + 10)  # warm: imports, connection
             idle, idle_health = await _reloads(control, plan.reloads, time.monotonic() + 30)
-            prompt = f"@stream {plan.stream_s} {LINE_BYTES} {INTERVAL_S}"
+            prompt = f"{directive} {plan.stream_s} {LINE_BYTES} {INTERVAL_S}"
             streaming_from = time.monotonic()
             turns = [
                 asyncio.ensure_future(server_turn(turns_client, prompt, plan.stream_s + 60))
@@ -112,19 +121,19 @@ async def measure(workspace: Workspace, plan: Plan) -> list[Figure]:
     }
     return [
         Figure(
-            "3 reload-token p99 idle",
+            f"{figure} reload-token p99 idle",
             idle_p99 * 1000,
             "ms",
             note=f"p50 {median(idle) * 1000:.2f} ms, n={len(idle)}",
         ),
         Figure(
-            f"3 reload-token p99 under {PARALLEL} streaming turns",
+            f"{figure} reload-token p99 under {PARALLEL} streaming turns",
             loaded_p99 * 1000,
             "ms",
             note=f"p50 {median(loaded) * 1000:.2f} ms, n={len(loaded)}",
         ),
         Figure(
-            "3 reload-token p99: loaded / idle",
+            f"{figure} reload-token p99: loaded / idle",
             ratio,
             "x",
             target=f"<= {TARGET_P99_RATIO:g}x",
@@ -134,7 +143,7 @@ async def measure(workspace: Workspace, plan: Plan) -> list[Figure]:
             details=details,
         ),
         Figure(
-            "3 GET /health p99: loaded / idle (the floor)",
+            f"{figure} GET /health p99: loaded / idle (the floor)",
             health_loaded_p99 / health_idle_p99,
             "x",
             note=(

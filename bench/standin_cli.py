@@ -11,6 +11,9 @@ show the server. Directives, one a line in the prompt, run in order after init:
     @stream S LINE_BYTES T   assistant events of about LINE_BYTES, one every T s, for S s
     @flood KIND S            for S s, as fast as the pipe takes them: `empty` lines,
                              `byte` lines (one byte each) or `wide` 16 MiB lines
+    @stream-api S LINE_BYTES T  the same, each one a chunk streamed from
+                             `$ANTHROPIC_BASE_URL/stream` with the turn's OAuth credential
+                             (from its descriptor): the API's traffic, through the broker
 
 `install_standin(directory)` writes it as an executable with an absolute shebang
 (`python -IS`: no site, no environment), so no PATH lookup or shim is timed.
@@ -18,11 +21,14 @@ show the server. Directives, one a line in the prompt, run in order after init:
 
 from __future__ import annotations
 
+import http.client
 import json
+import os
 import sys
 import time
 import uuid
 from pathlib import Path
+from urllib.parse import urlsplit
 
 MODEL = "claude-sonnet-5-5"
 _CHUNK = 64 * 1024
@@ -96,6 +102,26 @@ def _flood(kind: str, seconds: float) -> None:
     out.flush()
 
 
+def _credential() -> str:
+    """The OAuth credential as Claude Code takes it: its descriptor, else its variable."""
+    fd = os.environ.get("CLAUDE_CODE_OAUTH_TOKEN_FILE_DESCRIPTOR")
+    if fd is not None:
+        return os.read(int(fd), 65536).decode().strip()
+    return os.environ.get("CLAUDE_CODE_OAUTH_TOKEN", "")
+
+
+def _stream_api(session_id: str, seconds: float, line_bytes: int, interval: float) -> None:
+    base = urlsplit(os.environ["ANTHROPIC_BASE_URL"])
+    connection = http.client.HTTPConnection(base.hostname or "127.0.0.1", base.port, timeout=60)
+    query = f"seconds={seconds}&bytes={line_bytes}&interval={interval}"
+    connection.request(
+        "POST", f"/stream?{query}", body=b"{}", headers={"authorization": f"Bearer {_credential()}"}
+    )
+    response = connection.getresponse()
+    while chunk := response.read1(65536):
+        _emit(_assistant(session_id, chunk.decode(errors="replace")))
+
+
 def main(argv: list[str]) -> int:
     """Run one turn: init, the prompt's directives, a final assistant event and result.
 
@@ -134,6 +160,8 @@ def main(argv: list[str]) -> int:
             _stream(session_id, float(args[0]), int(args[1]), float(args[2]))
         elif word == "@flood":
             _flood(args[0], float(args[1]))
+        elif word == "@stream-api":
+            _stream_api(session_id, float(args[0]), int(args[1]), float(args[2]))
     _emit(_assistant(session_id, "bench ok"))
     duration_ms = int((time.monotonic() - started) * 1000)
     last_ns = time.monotonic_ns()

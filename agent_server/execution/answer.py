@@ -15,15 +15,22 @@ from datetime import UTC, datetime
 from typing import Any
 
 from agent_server.errors import ApiError
+from agent_server.execution.exchanges import Seen
 from agent_server.execution.transcript import Transcript
-from agent_server.outcome.classify import Outcome
+from agent_server.outcome.classify import ROWS, Outcome
 from agent_server.redaction.redactor import Redactor, Serialised
 from agent_server.runtimes.context import context_window_for
 from agent_server.runtimes.events import load_event
 from agent_server.runtimes.stream import TurnStream
 from agent_server.wire.instants import format_instant
 from agent_server.wire.names import AUTH_OVERRIDE_HEADER, AuthRoute, OutcomeKind
-from agent_server.wire.turns import ChatContext, TurnMetadata, TurnResponse
+from agent_server.wire.turns import (
+    ChatContext,
+    CredentialRefusal,
+    CredentialUse,
+    TurnMetadata,
+    TurnResponse,
+)
 
 
 @dataclass
@@ -37,6 +44,9 @@ class TurnAnswer:
     headers: dict[str, str] = field(default_factory=dict)
     serialised: Serialised | None = None
     """The body's JSON, when it was made ahead (`body` is never changed after)."""
+    credited: bool = True
+    """False when the API answered no request on the turn's credential through the broker
+    (contract §4.8): the answer then names no credential."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +66,24 @@ class FinishedTurn:
     """An `/api/chat` turn: its answer carries the `session` context."""
     not_enforced: tuple[str, ...] = ()
     """The asked turn fields its runtime took without enforcing them."""
+    seen: Seen | None = None
+    """What the broker saw of the turn's requests (None: it ran without the broker)."""
+    ladder: tuple[tuple[AuthRoute, str | None], ...] = ()
+    """With an `auth_ladder`: each credential's route and fingerprint, its own first."""
+
+    @property
+    def served_by(self) -> str | None:
+        """The fingerprint the answer names: the credential the turn ended on."""
+        if not self.credited:
+            return None
+        if self.ladder and self.seen is not None:
+            return self.ladder[self.seen.last_rung][1]
+        return self.fingerprint
+
+    @property
+    def credited(self) -> bool:
+        """False when the broker saw the API answer no request on this turn's credential."""
+        return self.seen is None or self.seen.answered
 
 
 @dataclass(frozen=True)
@@ -101,12 +129,15 @@ def build_answer(outcome: Outcome, turn: FinishedTurn, now: datetime) -> TurnAns
         exit_code=turn.exit_code,
         auth_route=turn.auth_route,
         generation=turn.generation,
-        fingerprint=turn.fingerprint,
+        fingerprint=turn.served_by,
         api_key_source=stream.api_key_source,
         log_truncated=turn.transcript.truncated,
         session_reset=turn.session_reset,
-        rate_limit=stream.rate_limit,
+        # With the broker, the headroom is the API's own headers', never the CLI's report.
+        rate_limit=stream.rate_limit if turn.seen is None else turn.seen.reading,
         not_enforced=list(turn.not_enforced),
+        api_requests=None if turn.seen is None else turn.seen.requests,
+        credentials=_credentials(turn) if turn.ladder else None,
     )
     log = _events(turn.transcript)
     if outcome.kind in (OutcomeKind.SUCCESS, OutcomeKind.CANCELLED):
@@ -123,7 +154,7 @@ def build_answer(outcome: Outcome, turn: FinishedTurn, now: datetime) -> TurnAns
             session=_chat_context(stream, context_window) if turn.chat else None,
         ).model_dump(exclude=set() if turn.chat else {"session"})
         body["execution_log"] = log  # as it is: a dump would copy every event
-        return TurnAnswer(200, body, outcome, session_id)
+        return TurnAnswer(200, body, outcome, session_id, credited=turn.credited)
     detail = error_detail(
         outcome,
         execution_id=turn.execution_id,
@@ -135,7 +166,9 @@ def build_answer(outcome: Outcome, turn: FinishedTurn, now: datetime) -> TurnAns
     retry_after = retry_after_seconds(outcome, now)
     if retry_after is not None:
         headers["Retry-After"] = str(retry_after)
-    return TurnAnswer(outcome.status, {"detail": detail}, outcome, session_id, headers)
+    return TurnAnswer(
+        outcome.status, {"detail": detail}, outcome, session_id, headers, credited=turn.credited
+    )
 
 
 def made_aside(make: Callable[[], TurnAnswer], redactor: Redactor) -> TurnAnswer:
@@ -194,6 +227,29 @@ def retry_after_seconds(outcome: Outcome, now: datetime) -> int | None:
     aware_now = now if now.tzinfo is not None else now.replace(tzinfo=UTC)
     seconds = (outcome.resets_at - aware_now).total_seconds()
     return max(1, math.ceil(seconds))
+
+
+def _credentials(turn: FinishedTurn) -> list[CredentialUse]:
+    """Every credential of a laddered turn the broker sent a request with (§6.2)."""
+    uses = turn.seen.rungs if turn.seen is not None else ()
+    return [
+        CredentialUse(
+            rung=use.rung,
+            auth_route=turn.ladder[use.rung][0],
+            fingerprint=turn.ladder[use.rung][1],
+            served=use.served,
+            refusals=[
+                CredentialRefusal(
+                    error_code=(ROWS[v.kind].error_code if v.kind else None) or "execution_error",
+                    api_error_status=v.api_error_status,
+                    resets_at=format_instant(v.resets_at) if v.resets_at else None,
+                    rate_limit_type=v.rate_limit_type,
+                )
+                for v in use.refusals
+            ],
+        )
+        for use in uses
+    ]
 
 
 def _chat_context(stream: TurnStream, context_window: int) -> ChatContext:

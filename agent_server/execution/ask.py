@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import logging
+import uuid
+from dataclasses import dataclass, replace
 from typing import Any
 
 from agent_server.errors import RequestInvalid
 from agent_server.execution.chat_session import ChatSession
 from agent_server.execution.registry import Execution
-from agent_server.runtimes.base import RuntimeAdapter
+from agent_server.runtimes.base import RuntimeAdapter, TurnSpec
 from agent_server.spawn_env.per_spawn import SpawnCredential
 from agent_server.wire.turns import AuthOverride, ImageInput
+
+logger = logging.getLogger("agent_server.turn")
+
+
+def new_session_id(adapter: RuntimeAdapter) -> str | None:
+    """A fresh session id for a CLI that takes one on argv, else None."""
+    return str(uuid.uuid4()) if adapter.assigns_session_id else None
 
 
 @dataclass(frozen=True)
@@ -27,9 +36,27 @@ class TurnAsk:
     resume_session_id: str | None = None
     persist_session: bool = True
     auth_override: AuthOverride | None = None
+    auth_ladder: tuple[AuthOverride, ...] = ()
+    """More credentials after `auth_override`, for the broker (contract §6.2)."""
     images: tuple[ImageInput, ...] | None = None
     reset_unknown_session: bool = False
     """Chat only: when the CLI no longer knows the session, start a new one once."""
+
+    def spec(self, permission_mode: str, model: str | None, adapter: RuntimeAdapter) -> TurnSpec:
+        """The turn as `adapter` builds its argv and stdin from it (a fresh session id,
+        when not resuming and the CLI takes one on argv)."""
+        return TurnSpec(
+            prompt=self.message,
+            permission_mode=permission_mode,
+            model=model,
+            system_prompt=self.system_prompt,
+            allowed_tools=self.allowed_tools,
+            max_turns=self.max_turns,
+            resume_session_id=self.resume_session_id,
+            new_session_id=None if self.resume_session_id else new_session_id(adapter),
+            persist_session=self.persist_session,
+            images=tuple((i.media_type, i.data) for i in self.images) if self.images else (),
+        )
 
     def options_asked(self) -> list[str]:
         """The optional turn fields this ask sets (a default is not asking)."""
@@ -63,6 +90,31 @@ class TurnAsk:
                     for name in refused
                 ]
             )
+
+    def usable_ladder(self, brokered: bool) -> tuple[tuple[AuthOverride, ...], str | None]:
+        """The `auth_ladder` entries the broker can use, and why any were left out: all,
+        without the broker or an `auth_override` to go after; those of another kind than
+        the override (the CLI's requests differ by credential mode)."""
+        if not self.auth_ladder:
+            return (), None
+        kind = self.auth_override.kind if self.auth_override is not None else None
+        if not brokered:
+            return (), "it needs the broker (AGENT_SERVER_BROKER=1, Claude Code)"
+        if kind is None:
+            return (), "it needs an auth_override to go after"
+        usable = tuple(rung for rung in self.auth_ladder if rung.kind == kind)
+        if len(usable) < len(self.auth_ladder):
+            return usable, f"only entries of the auth_override's kind ({kind}) are used"
+        return usable, None
+
+    def keeping_usable_ladder(self, brokered: bool, execution_id: str) -> TurnAsk:
+        """This ask with only the ladder entries the broker can use; a WARNING says why
+        any were left out (the turn runs, as on a runtime that takes no override)."""
+        ladder, left_out = self.usable_ladder(brokered)
+        if left_out is None:
+            return self
+        logger.warning("auth_ladder: %s", left_out, extra={"execution_id": execution_id})
+        return replace(self, auth_ladder=ladder)
 
     def unenforced_by(self, adapter: RuntimeAdapter) -> tuple[str, ...]:
         """The asked fields `adapter` takes without enforcing them."""

@@ -22,6 +22,7 @@ from typing import Any
 
 import anyio
 
+from agent_server.broker import Broker, TurnExchanges
 from agent_server.credentials.state import CredentialState, fingerprint
 from agent_server.credentials.store import CredentialStore
 from agent_server.errors import ApiError
@@ -33,8 +34,9 @@ from agent_server.execution.answer import (
     made_aside,
     turn_refusal,
 )
-from agent_server.execution.ask import AcceptedTurn, TurnAsk
+from agent_server.execution.ask import AcceptedTurn, TurnAsk, new_session_id
 from agent_server.execution.chat_session import ChatSession
+from agent_server.execution.exchanges import judge, ladder_named, placed_env, seen
 from agent_server.execution.registry import Execution, Registry
 from agent_server.execution.transcript import INLINE_ANSWER_BYTES, MAX_LINE_BYTES, Transcript
 from agent_server.logs import execution_id_var
@@ -94,19 +96,19 @@ class TurnRunner:
     spawn_files: SpawnFiles
     launcher: tuple[str, ...] = ()
     """The argv prefix that runs a spawn as the spawn user (`SpawnUser.launcher`), or none."""
+    broker: Broker | None = None
+    """Holds each spawn's credential when set (contract §4.8); None: the spawn holds it."""
 
     async def run(self, ask: TurnAsk, *, chat: ChatSession | None = None) -> TurnAnswer:
         """Accept and run one turn (its execution's `cancel` stops it, as terminate does)."""
         return await self.finish(self.accept(ask, chat=chat))
 
     def accept(self, ask: TurnAsk, *, chat: ChatSession | None = None) -> AcceptedTurn:
-        """Register a turn: listed, counted against the cap, terminable; nothing runs yet.
+        """Register a turn (listed, counted against the cap, terminable); nothing runs yet.
 
-        Raises the turn's refusals (422 unsupported_by_runtime, 409 busy or
-        execution_in_progress, with the whole §7 body). With `chat`, the turn is one of
-        the agent's chat: `queued` until the chat turn before it is done. The caller
-        must `finish` an accepted turn.
-        """
+        Raises its refusals (422 unsupported_by_runtime, 409 busy or execution_in_progress,
+        with the whole §7 body). With `chat`, it is one of the agent's chat: `queued` until
+        the chat turn before it is done. The caller must `finish` an accepted turn."""
         ask.refuse_unhonoured(self.adapter)
         execution_id = ask.execution_id or uuid.uuid4().hex
         if unenforced := ask.unenforced_by(self.adapter):
@@ -124,8 +126,11 @@ class TurnRunner:
                 extra={"execution_id": execution_id},
             )
             override = None
+        ask = replace(ask, auth_override=override).keeping_usable_ladder(
+            self.broker is not None and self.adapter.brokered, execution_id
+        )
         credential = spawn_credential(execution_id, override)
-        self.redactor.add(credential.secrets())
+        self.redactor.add([*credential.secrets(), *(rung.secret for rung in ask.auth_ladder)])
         self.redactor.own([execution_id])  # its answers and listings name it as it is
         generation = self.store.current.generation
         try:
@@ -151,7 +156,8 @@ class TurnRunner:
                 refusal = turn_refusal(refused, turn.ask.execution_id, credential.auth_route)
                 self._settle(turn, refusal.status, {"detail": refusal.body()}, refusal.error_code)
                 raise refusal from None
-            if credential.auth_route != "baseline":
+            # A turn whose credential the API answered nothing through the broker names none (§4.8).
+            if credential.auth_route != "baseline" and answer.credited:
                 answer.headers[AUTH_OVERRIDE_HEADER] = credential.auth_route
             self._settle(turn, answer.status, answer.body, answer.outcome.error_code)
             asyncio.get_running_loop().call_soon(
@@ -246,31 +252,38 @@ class TurnRunner:
     ) -> TurnAnswer:
         spawn = await self.spawn_envs.build(state.baseline, state.overrides, credential.layer)
         env = self.spawn_files.env_for(spawn.env, self.adapter.spawn_files(spawn.env))
-        env, handed = by_descriptor(env, self.adapter.credential_descriptors)
         for key in spawn.suppressed:
             # A label from a fixed set only: `.env` names are the agent's to choose.
             label = key if key in SUBSCRIPTION_SHADOW_KEYS else OTHER_LABEL
             self.metrics.suppressed_keys.labels(key=label).inc()
-        spec = TurnSpec(
-            prompt=ask.message,
-            permission_mode=self.permission_mode,
-            model=credential.model or ask.model,
-            system_prompt=ask.system_prompt,
-            allowed_tools=ask.allowed_tools,
-            max_turns=ask.max_turns,
-            resume_session_id=ask.resume_session_id,
-            new_session_id=self._new_session_id(ask.resume_session_id),
-            persist_session=ask.persist_session,
-            images=tuple((i.media_type, i.data) for i in ask.images) if ask.images else (),
-        )
+        with placed_env(self.broker, env, spawn.sources, ask.auth_ladder) as (env, exchanges):
+            environment = by_descriptor(env, self.adapter.credential_descriptors)
+            return await self._run_spawns(
+                ask, execution, credential, state, environment, exchanges, chat=chat
+            )
+
+    async def _run_spawns(
+        self,
+        ask: TurnAsk,
+        execution: Execution,
+        credential: SpawnCredential,
+        state: CredentialState,
+        environment: tuple[dict[str, str], dict[str, str]],
+        exchanges: TurnExchanges | None,
+        *,
+        chat: bool,
+    ) -> TurnAnswer:
+        """Spawn the turn's CLI (again on a new session if its chat's is gone); its answer."""
+        spec = ask.spec(self.permission_mode, credential.model or ask.model, self.adapter)
         deadline = time.monotonic() + ask.timeout_s
-        secret = next(iter(credential.secrets()), None)
-        spawned_with = fingerprint(secret) if secret is not None else state.fingerprint
+        spawned_with = next((fingerprint(s) for s in credential.secrets()), state.fingerprint)
+        ladder = ladder_named(credential.auth_route, spawned_with, ask.auth_ladder)
         not_enforced = ask.unenforced_by(self.adapter)
 
         def answer(attempt: _Attempt) -> tuple[FinishedTurn, TurnAnswer]:
             """The answer of `attempt` as it is now: its draft's while that holds."""
             now = datetime.now(UTC)
+            brokered = seen(exchanges, now) if exchanges is not None else None
             turn = FinishedTurn(
                 execution_id=execution.execution_id,
                 auth_route=credential.auth_route,
@@ -282,21 +295,25 @@ class TurnRunner:
                 session_reset=attempt.session_reset,
                 chat=chat,
                 not_enforced=not_enforced,
+                seen=brokered,
+                ladder=ladder,
             )
             outcome = self._classify(attempt, execution, spec, now)
+            if brokered is not None:
+                outcome = judge(outcome, brokered, self.adapter.hints.label)
             drafted = attempt.draft.answers(outcome, turn, attempt.lines) if attempt.draft else None
             return turn, build_answer(outcome, turn, now) if drafted is None else drafted
 
-        attempt = await self._spawn(spec, (env, handed), deadline, execution, answer)
+        attempt = await self._spawn(spec, environment, deadline, execution, answer)
         if ask.reset_unknown_session and spec.resume_session_id and self._session_unknown(attempt):
             logger.warning(
                 "the CLI no longer knows chat session %s: starting a new one",
                 spec.resume_session_id,
             )
-            spec = replace(spec, resume_session_id=None, new_session_id=self._new_session_id(None))
-            attempt = await self._spawn(
-                spec, (env, handed), deadline, execution, answer, reset=True
+            spec = replace(
+                spec, resume_session_id=None, new_session_id=new_session_id(self.adapter)
             )
+            attempt = await self._spawn(spec, environment, deadline, execution, answer, reset=True)
         if attempt.draft is not None or attempt.transcript.cost <= INLINE_ANSWER_BYTES:
             return answer(attempt)[1]
         return await anyio.to_thread.run_sync(made_aside, lambda: answer(attempt)[1], self.redactor)
@@ -317,12 +334,6 @@ class TurnRunner:
             ),
             now=now,
         )
-
-    def _new_session_id(self, resume_session_id: str | None) -> str | None:
-        """A fresh session id, when not resuming and the CLI takes one on argv."""
-        if resume_session_id or not self.adapter.assigns_session_id:
-            return None
-        return str(uuid.uuid4())
 
     async def _spawn(
         self,

@@ -2,7 +2,7 @@
 
 `classify_outcome` is pure: it reads the normalised stream (`TurnStream`), how the
 process ended (`ProcessFacts`) and what the runtime's errors look like
-(`OutcomeHints`). The evidence (`execution.evidence`) is read in three passes, most
+(`OutcomeHints`). The evidence (`outcome.evidence`) is read in three passes, most
 trustworthy first:
 
 1. structured stream fields (assistant `error`, `api_error` / `api_error_type`,
@@ -14,7 +14,7 @@ trustworthy first:
    the model's prose or tool output, which may mention "401" or "rate limit".
 
 The controller switches credentials on 429 and on 503/401/403/402, and also scans
-error text for auth words, so a message is shaped for it (`execution.wording`).
+error text for auth words, so a message is shaped for it (`outcome.wording`).
 """
 
 from __future__ import annotations
@@ -245,14 +245,7 @@ def _build(
         resets_at = parse_resets_at(stream.rate_limit_info, error_texts, now)
         window = (stream.rate_limit_info or {}).get("rateLimitType")
         rate_limit_type = one_of(window, RATE_LIMIT_WINDOWS)
-    fallback = {
-        OutcomeKind.MODEL_UNSUPPORTED: f"The model is not available to {label}",
-        OutcomeKind.RATE_LIMIT: f"{label} hit a usage limit",
-        OutcomeKind.BILLING: "The account's credit balance is too low",
-        OutcomeKind.AUTH: f"{label} could not authenticate",
-        OutcomeKind.UPSTREAM_UNAVAILABLE: "The model API is unavailable; retry later",
-        OutcomeKind.MAX_TURNS: f"{label} stopped at the maximum number of turns",
-    }.get(kind, f"{label} failed ({_exit_phrase(facts.exit_code)})")
+    fallback = fallback_message(kind, label, facts.exit_code)
     message = cli_text or fallback
     if kind is OutcomeKind.CONTAINER_FAULT:  # the CLI refused its configuration (its exit code)
         message = permission_bypass_message(f"{label} refuses to run here: {message}")
@@ -264,6 +257,38 @@ def _build(
         kind,
         message,
         api_error_status=evidence.status,
+        resets_at=resets_at,
+        rate_limit_type=rate_limit_type,
+    )
+
+
+def fallback_message(kind: OutcomeKind, label: str, exit_code: int | None) -> str:
+    """Our sentence for an error row when the CLI gave none of its own."""
+    return {
+        OutcomeKind.MODEL_UNSUPPORTED: f"The model is not available to {label}",
+        OutcomeKind.RATE_LIMIT: f"{label} hit a usage limit",
+        OutcomeKind.BILLING: "The account's credit balance is too low",
+        OutcomeKind.AUTH: f"{label} could not authenticate",
+        OutcomeKind.UPSTREAM_UNAVAILABLE: "The model API is unavailable; retry later",
+        OutcomeKind.MAX_TURNS: f"{label} stopped at the maximum number of turns",
+    }.get(kind, f"{label} failed ({_exit_phrase(exit_code)})")
+
+
+def outcome_of(
+    kind: OutcomeKind,
+    message: str,
+    *,
+    api_error_status: int | None = None,
+    resets_at: datetime | None = None,
+    rate_limit_type: str | None = None,
+) -> Outcome:
+    """The outcome of `kind`: its row's status and flags, its message shaped for it."""
+    if kind is OutcomeKind.MODEL_UNSUPPORTED and not message.startswith(MODEL_REJECTION_PREFIX):
+        message = MODEL_REJECTION_PREFIX + message
+    return _outcome(
+        kind,
+        message,
+        api_error_status=api_error_status,
         resets_at=resets_at,
         rate_limit_type=rate_limit_type,
     )

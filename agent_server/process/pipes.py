@@ -2,7 +2,7 @@
 
 Stdout and stderr work on chunks as they arrive, so nothing buffers more than one
 line (at most `max_line_bytes`) or the tail's limit, however fast the CLI prints;
-stdout's lines are handed on a slice at a time (`TurnProtocol`), so however many
+stdout's lines are handed on a slice at a time (`ProcessProtocol`), so however many
 lines a chunk holds, they never hold the event loop for long.
 A credential the CLI takes on a descriptor is written to a pipe of its own before
 the spawn (contract §4.7).
@@ -109,7 +109,7 @@ class StderrTail:
         return tail.decode("utf-8", errors="replace")
 
 
-class TurnProtocol(asyncio.SubprocessProtocol):
+class ProcessProtocol(asyncio.SubprocessProtocol):
     """Receives the child's pipes and exit; all state of one run's I/O.
 
     Stdout lines are handed on in slices of at most `LINE_SLICE_S`: a chunk of a

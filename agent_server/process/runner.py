@@ -1,15 +1,15 @@
-"""Run one turn's CLI as a subprocess in its own process group, and leave nothing behind.
+"""Run a CLI as a subprocess in its own process group, and leave nothing behind.
 
 The runner owns the process lifecycle and nothing else: it spawns argv (never a
 shell) in a new session with exactly the given env, writes stdin, hands each stdout
-line to `on_line` as it arrives, keeps a bounded stderr tail, and ends the turn on
+line to `on_line` as it arrives, keeps a bounded stderr tail, and ends the run on
 exit, timeout, the `cancel` event, or its own cancellation. Every ending kills the
 whole process group and reaps it, grandchildren included.
 
 Why `loop.subprocess_exec` with our own protocol rather than
 `asyncio.create_subprocess_exec` (which wraps the same call): in Python 3.11,
 `Process.wait()` returns only once the stdout/stderr pipes have closed, so a
-grandchild that inherited stdout would hide the leader's exit and hang the turn.
+grandchild that inherited stdout would hide the leader's exit and hang the run.
 The protocol's `process_exited` fires when the leader is reaped, pipes or not, and
 the transport gives a public `close()` for pipes held by something outside the group.
 Data arrives as chunks that are split into lines a slice at a time, with reading
@@ -34,7 +34,7 @@ import anyio
 
 from agent_server.errors import SpawnTooLarge
 from agent_server.process.group import ProcessGroup, Reaper
-from agent_server.process.pipes import TurnProtocol, descriptor_pipes
+from agent_server.process.pipes import ProcessProtocol, descriptor_pipes
 from agent_server.process.timings import KILL_GRACE_S, PIPE_CLOSE_S, PIPE_DRAIN_S
 
 logger = logging.getLogger(__name__)
@@ -109,11 +109,54 @@ async def run_process(
         raise ValueError(msg)
     check_exec_size(argv, env)
     loop = asyncio.get_running_loop()
-    protocol = TurnProtocol(
+    protocol = ProcessProtocol(
         on_line=on_line, max_line_bytes=max_line_bytes, stderr_tail_bytes=stderr_tail_bytes
     )
-    env = dict(env)
-    handed = descriptor_pipes(descriptors or {}, env)
+    transport = await _spawn(loop, protocol, argv, dict(env), cwd, descriptors or {}, reaper)
+    if transport is None:
+        return ProcessResult(ProcessFacts(exit_code=None, spawn_failed=True), pid=None)
+    pid = transport.get_pid()
+    # start_new_session makes the leader the leader of a new group: pgid == pid.
+    group = ProcessGroup(pid, reaper=reaper, tag=sweep_tag)
+    run = _Run(transport, protocol, group, kill_grace_s=kill_grace_s)
+    deadline = loop.time() + timeout_s
+    try:
+        if on_spawn is not None:
+            on_spawn(pid)
+        _write_stdin(transport, stdin)
+        ending = await run.wait_for_ending(deadline, cancel)
+    except BaseException:
+        await _run_to_completion(run.kill())
+        raise
+    if ending == "exited":
+        # Usually nothing is left to wait for: then it is all done now, without a task.
+        if not run.finished_now():
+            await _run_to_completion(run.finish_after_exit())
+    else:
+        await _run_to_completion(run.kill())
+    if protocol.error is not None:
+        raise protocol.error
+
+    facts = ProcessFacts(
+        exit_code=transport.get_returncode(),
+        stderr=protocol.stderr_tail(),
+        timed_out=ending == "timeout",
+        terminated=ending == "cancelled",
+    )
+    return ProcessResult(facts=facts, pid=pid, cut_lines=protocol.cut_lines)
+
+
+async def _spawn(
+    loop: asyncio.AbstractEventLoop,
+    protocol: ProcessProtocol,
+    argv: Sequence[str],
+    env: dict[str, str],
+    cwd: str | Path,
+    descriptors: Mapping[str, str],
+    reaper: Reaper | None,
+) -> asyncio.SubprocessTransport | None:
+    """Start argv as the leader of a new process group; None when it cannot be run."""
+    handed = descriptor_pipes(descriptors, env)
     with reaper.spawning() if reaper is not None else contextlib.nullcontext():
         try:
             transport, _ = await loop.subprocess_exec(
@@ -128,41 +171,13 @@ async def run_process(
                 pass_fds=handed,
             )
         except _SPAWN_ERRORS:
-            return ProcessResult(ProcessFacts(exit_code=None, spawn_failed=True), pid=None)
+            return None
         finally:
             for fd in handed:
                 os.close(fd)
-        pid = transport.get_pid()
         if reaper is not None:
-            reaper.leaders.add(pid)
-    # start_new_session makes the leader the leader of a new group: pgid == pid.
-    group = ProcessGroup(pid, reaper=reaper, tag=sweep_tag)
-    turn = _Turn(transport, protocol, group, kill_grace_s=kill_grace_s)
-    deadline = loop.time() + timeout_s
-    try:
-        if on_spawn is not None:
-            on_spawn(pid)
-        _write_stdin(transport, stdin)
-        ending = await turn.wait_for_ending(deadline, cancel)
-    except BaseException:
-        await _run_to_completion(turn.kill())
-        raise
-    if ending == "exited":
-        # Usually nothing is left to wait for: then it is all done now, without a task.
-        if not turn.finished_now():
-            await _run_to_completion(turn.finish_after_exit())
-    else:
-        await _run_to_completion(turn.kill())
-    if protocol.error is not None:
-        raise protocol.error
-
-    facts = ProcessFacts(
-        exit_code=transport.get_returncode(),
-        stderr=protocol.stderr_tail(),
-        timed_out=ending == "timeout",
-        terminated=ending == "cancelled",
-    )
-    return ProcessResult(facts=facts, pid=pid, cut_lines=protocol.cut_lines)
+            reaper.leaders.add(transport.get_pid())
+    return transport
 
 
 # Linux: each argv or environment string is at most 32 pages, and all of them, with
@@ -240,13 +255,13 @@ def _resolve(ending: asyncio.Future[None]) -> None:
         ending.set_result(None)
 
 
-class _Turn:
+class _Run:
     """One spawned CLI: how to wait for its end, and how to end it leaving nothing behind."""
 
     def __init__(
         self,
         transport: asyncio.SubprocessTransport,
-        protocol: TurnProtocol,
+        protocol: ProcessProtocol,
         group: ProcessGroup,
         *,
         kill_grace_s: float,
@@ -260,7 +275,7 @@ class _Turn:
         """Wait for the first ending: `exited`, `failed`, `cancelled` or `timeout`.
 
         One future, resolved by whichever comes first: the protocol on the exit or a
-        callback failure, the cancel event, the deadline (the exit wakes this turn in
+        callback failure, the cancel event, the deadline (the exit wakes this run in
         one step, with no waiter task in between).
         """
         loop = asyncio.get_running_loop()
@@ -302,7 +317,7 @@ class _Turn:
         """After the leader exited on its own: finish at once when nothing is left to wait for.
 
         The usual end: both pipes are at EOF, the group is empty and no escapee
-        carries the turn's tag. Then this does all `finish_after_exit` would (the
+        carries the run's tag. Then this does all `finish_after_exit` would (the
         transport's own `connection_lost` follows in the loop's next step) and returns
         True; otherwise it returns False, and `finish_after_exit` must run.
         """

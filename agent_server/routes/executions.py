@@ -52,6 +52,7 @@ async def task(request: Request) -> Response:
         resume_session_id=body.resume_session_id,
         persist_session=body.persist_session,
         auth_override=body.auth_override,
+        auth_ladder=tuple(body.auth_ladder) if body.auth_ladder else (),
         images=tuple(body.images) if body.images else None,
     )
     if body.async_result:
@@ -78,6 +79,7 @@ async def chat(request: Request) -> Response:
         model=body.model,
         system_prompt=body.system_prompt,
         auth_override=body.auth_override,
+        auth_ladder=tuple(body.auth_ladder) if body.auth_ladder else (),
         images=tuple(body.images) if body.images else None,
         reset_unknown_session=True,
     )

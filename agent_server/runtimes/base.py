@@ -112,6 +112,8 @@ class RuntimeAdapter(Protocol):
     hints: OutcomeHints
     supports_auth_override: bool
     """True when the CLI authenticates with Claude credentials (and so takes an override)."""
+    brokered: bool
+    """True when the broker can stand in for its credential (contract §4.8)."""
     credential_descriptors: Mapping[str, str]
     """Credential variable -> the variable that hands it on a descriptor instead (§4.7)."""
     reports_permission_mode: bool

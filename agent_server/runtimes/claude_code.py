@@ -209,6 +209,7 @@ class ClaudeCodeAdapter:
         unknown_session_markers=("no conversation found with session id",),
     )
     supports_auth_override = True
+    brokered = True
     credential_descriptors: Mapping[str, str] = CLAUDE_DESCRIPTORS
     reports_permission_mode = True
     assigns_session_id = True

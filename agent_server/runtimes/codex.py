@@ -134,6 +134,7 @@ class CodexAdapter:
     default_command = "codex"
     hints = OutcomeHints(label="Codex", error_markers=ERROR_MARKERS)
     supports_auth_override = False
+    brokered = False
     credential_descriptors: Mapping[str, str] = {}
     reports_permission_mode = False
     assigns_session_id = False

@@ -189,6 +189,7 @@ class GeminiAdapter:
     default_command = "gemini"
     hints = _hints()
     supports_auth_override = False
+    brokered = False
     credential_descriptors: Mapping[str, str] = {}
     reports_permission_mode = False
     assigns_session_id = False

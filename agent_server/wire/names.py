@@ -36,6 +36,8 @@ ROUTING_VARS = frozenset(
         "NODE_TLS_REJECT_UNAUTHORIZED",
         "SSL_CERT_FILE",
         "SSL_CERT_DIR",
+        # Where Claude Code reads its settings, whose `env` and `apiKeyHelper` outrank ours.
+        "CLAUDE_CONFIG_DIR",
     }
 )
 """Where a spawn's requests go and whom its TLS trusts: a credential's route (contract §4.6)."""

@@ -10,6 +10,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SecretStr,
     WithJsonSchema,
     model_validator,
 )
@@ -65,11 +66,25 @@ class AuthOverride(Strict):
         return self
 
     @property
+    def secret(self) -> SecretStr:
+        """The one secret it carries (a provider's `auth_token`)."""
+        if self.provider is not None:
+            return self.provider.auth_token
+        secret = self.oauth_token or self.api_key
+        assert secret is not None  # noqa: S101 - validated: exactly one is given
+        return secret
+
+    @property
     def kind(self) -> AuthOverrideKind:
         """Which of the three this override is."""
         if self.oauth_token is not None:
             return "oauth_token"
         return "api_key" if self.api_key is not None else "provider"
+
+
+MAX_LADDER = 8
+AuthLadder = Annotated[list[AuthOverride], Field(min_length=1, max_length=MAX_LADDER)]
+"""More credentials for one turn, in order after its `auth_override` (contract §6.2)."""
 
 
 MAX_IMAGES = 10
@@ -135,6 +150,7 @@ class ParallelTaskRequest(BaseModel):
     persist_session: bool = True
     async_result: bool = False
     auth_override: AuthOverride | None = None
+    auth_ladder: AuthLadder | None = None
     images: Images | None = None
 
     @model_validator(mode="after")
@@ -153,6 +169,7 @@ class ChatRequest(BaseModel):
     system_prompt: PromptText | None = None
     execution_id: ExecutionId | None = None
     auth_override: AuthOverride | None = None
+    auth_ladder: AuthLadder | None = None
     images: Images | None = None
 
     @model_validator(mode="after")
@@ -193,6 +210,26 @@ class RateLimitReading(BaseModel):
     seven_day: RateLimitWindow | None = None
 
 
+class CredentialRefusal(BaseModel):
+    """One refusal the API gave a credential of a turn's ladder."""
+
+    error_code: str
+    api_error_status: int | None = None
+    resets_at: str | None = None
+    rate_limit_type: str | None = None
+
+
+class CredentialUse(BaseModel):
+    """One credential of a turn's ladder: how many requests it served, how it was refused."""
+
+    rung: int
+    """0: the turn's `auth_override`; 1 on: the ladder's entries, in order."""
+    auth_route: AuthRoute
+    fingerprint: str | None
+    served: int
+    refusals: list[CredentialRefusal] = []
+
+
 class TurnMetadata(BaseModel):
     """What the controller records about one turn."""
 
@@ -222,6 +259,11 @@ class TurnMetadata(BaseModel):
     turn whose API answers carry it), success or failure; null when there was none."""
     not_enforced: list[str] = []
     """Asked turn fields the runtime took without enforcing them (contract §6.1)."""
+    credentials: list[CredentialUse] | None = None
+    """With an `auth_ladder`: every credential the turn used, its own first (§6.2)."""
+    api_requests: int | None = None
+    """How many of the turn's requests reached the API through the broker (contract §4.8);
+    null when the turn ran without one. 0: no credential served or failed this turn."""
 
 
 class ChatContext(BaseModel):

@@ -69,6 +69,9 @@ def server_environ(home: Path, **extra: str) -> dict[str, str]:
     }
     if os.geteuid() == 0:
         env["IS_SANDBOX"] = "1"  # Claude Code refuses bypassPermissions as root without it
+    if os.environ.get("PYTHONPATH"):
+        # A worktree's tests put their tree first: the server they start must run it too.
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
     env.update(extra)
     return env
 

@@ -1,0 +1,86 @@
+"""The credential broker: between every CLI and its API (contract §4.8, §7).
+
+    spawn env -> placement (placeholder in, the broker's URL as the API's)
+        -> CLI -> Forwarder (placeholder out, the grant's credential in) -> upstream
+        -> Exchange (status, rate-limit headers, the API's error) -> verdict
+
+`Broker` is the front door: `lease` places one spawn's credential for as long as its
+turn runs (the placeholder is revoked at the lease's end) and hands back the turn's
+exchanges, from which the turn's outcome for its credential and its headroom come.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+from agent_server.broker.exchange import Exchange, TurnExchanges
+from agent_server.broker.forward import MAX_REQUEST_BYTES, Forwarder
+from agent_server.broker.grants import Grant, Grants
+from agent_server.broker.placement import Placement, placement
+from agent_server.broker.server import BrokerServer
+from agent_server.broker.verdict import ExchangeVerdict, rate_limit_info, verdict_of
+from agent_server.wire.names import Layer
+
+__all__ = [
+    "Broker",
+    "Exchange",
+    "ExchangeVerdict",
+    "Grant",
+    "Placement",
+    "TurnExchanges",
+    "rate_limit_info",
+    "verdict_of",
+]
+
+if TYPE_CHECKING:
+    import httpx
+
+
+def upstream_client() -> httpx.AsyncClient:
+    """The broker's client of the API: TLS verified against the default trust store,
+    proxies and trust settings from the server's own environment (as before the broker).
+    httpx is imported here, at the first request: an idle server does not hold it."""
+    import httpx
+
+    # A streamed answer may pause between events for minutes (extended thinking).
+    timeout = httpx.Timeout(connect=30.0, read=600.0, write=60.0, pool=30.0)
+    return httpx.AsyncClient(timeout=timeout, trust_env=True)
+
+
+class Broker:
+    """The server's one broker: its grants, its forwarder and its loopback listener."""
+
+    def __init__(self, max_request_bytes: int = MAX_REQUEST_BYTES) -> None:
+        self.grants = Grants()
+        self.server = BrokerServer(Forwarder(self.grants, upstream_client, max_request_bytes))
+
+    @property
+    def url(self) -> str:
+        """The broker's base URL ('' until it started)."""
+        return self.server.url
+
+    async def start(self) -> str:
+        """Start listening on loopback; return the base URL."""
+        return await self.server.start()
+
+    async def stop(self) -> None:
+        """Stop listening; every placeholder is refused from now on."""
+        await self.server.stop()
+
+    @contextmanager
+    def lease(
+        self, env: Mapping[str, str], sources: Mapping[str, Layer]
+    ) -> Iterator[Placement | None]:
+        """Place the credential of one spawn's `env` for the lease's length (None: it stays
+        outside the broker, see `placement`); the placeholder is revoked at its end."""
+        if not self.url:
+            msg = "the broker has not started"
+            raise RuntimeError(msg)
+        placed = placement(env, sources, self.url, self.grants.issue)
+        try:
+            yield placed
+        finally:
+            if placed is not None:
+                self.grants.revoke(placed.placeholder)
