@@ -83,8 +83,8 @@ lint: $(DEV_STAMP) ## ruff, ruff format --check, mypy --strict
 vocabulary: $(RUN_STAMP) ## write agent_server/redaction/vocabulary.txt again (a unit test says when)
 	$(BIN)/python -m agent_server.redaction.vocabulary
 
-unit: $(DEV_STAMP) ## the unit tier only (seconds)
-	$(BIN)/pytest tests/unit
+unit: $(DEV_STAMP) ## the unit and repository tiers only (seconds)
+	$(BIN)/pytest -m "unit or repo"
 
 # The agent image; local Debian bases when no registry has the official ones (docker/).
 image: ## build the agent image (agent-server:dev)

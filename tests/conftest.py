@@ -76,16 +76,49 @@ SWEEP_MARK = "leak_sweep"
 _E2E_RAN = pytest.StashKey[int]()
 
 
+# Each tier is a marker, given by the folder a test lives in: `pytest -m unit`, `-m "e2e
+# and not realcli"`, `-m image`. The folders say where a test belongs; the markers select.
+TIERS = {
+    "unit": "the package's decisions, in-process (tests/unit)",
+    "repo": "the repository's artifacts: layers, README, contract, Dockerfile (tests/repo)",
+    "e2e": "a real server on loopback (tests/e2e)",
+    "image": "the built image in a real docker daemon (tests/image)",
+}
+_TESTS = Path(__file__).resolve().parent
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    """Register the leak sweep's marker."""
+    """Register the tiers' markers and the leak sweep's."""
+    for tier, what in TIERS.items():
+        config.addinivalue_line("markers", f"{tier}: {what}")
     config.addinivalue_line("markers", f"{SWEEP_MARK}: runs after every other test")
 
 
+def _tier(item: pytest.Item) -> str | None:
+    """The tier of `item`: the first folder under tests/ it lives in, when that is a tier."""
+    try:
+        folder = item.path.resolve().relative_to(_TESTS).parts[0]
+    except ValueError:
+        return None
+    return folder if folder in TIERS else None
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Move the leak sweep to the end, and count the end-to-end tests it will sweep after."""
+    """Mark each test with its tier, before `-m` selects."""
+    for item in items:
+        if (tier := _tier(item)) is not None:
+            item.add_marker(tier)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Move the leak sweep to the end, and count the end-to-end tests it sweeps after."""
+    items = session.items
     sweeps = [item for item in items if item.get_closest_marker(SWEEP_MARK)]
     items[:] = [item for item in items if item not in sweeps] + sweeps
-    config.stash[_E2E_RAN] = sum("/e2e/" in item.nodeid or "e2e/" in item.nodeid for item in items)
+    count = sum(item.get_closest_marker("e2e") is not None for item in items)
+    session.config.stash[_E2E_RAN] = count
 
 
 @pytest.fixture

@@ -19,7 +19,10 @@ from tests.support.server import CONTROLLER_TOKEN, read_bodies
 UNMASKED_TOKEN = re.compile(r"sk-ant-[A-Za-z0-9_\-]{6,}")
 
 
+# It sweeps what the servers of the end-to-end and image tiers wrote: selected with either.
 @pytest.mark.leak_sweep
+@pytest.mark.e2e
+@pytest.mark.image
 def test_no_credential_in_any_log_line_or_body_of_the_suite(
     tmp_path_factory: pytest.TempPathFactory,
     secret_registry: SecretRegistry,

@@ -11,7 +11,7 @@ Code, on the descriptor `<NAME>_FILE_DESCRIPTOR` names, so the test never sends 
 itself.
 
 Each case prints stream-json shaped like Claude Code's and exits; what the server
-must answer is in tests/e2e/test_hostile_output.py and test_live_events.py.
+must answer is in tests/e2e/hostile/test_output.py and tests/e2e/turns/test_live_events.py.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from agent_server.runtimes.stream import TurnStream
 from agent_server.wire.names import OutcomeKind
 from tests.support.contract import ERROR_DETAIL_KEYS, stray_controller_words
 
-CAPTURED = Path(__file__).resolve().parents[1] / "fixtures" / "claude-code-2.1.328-captured"
+CAPTURED = Path(__file__).resolve().parents[2] / "fixtures" / "claude-code-2.1.328-captured"
 LABEL = "Claude Code"
 # Every capture ran within minutes of this instant; its resets lie an hour later.
 CAPTURE_DAY = datetime(2026, 11, 30, 8, 0, tzinfo=UTC)

@@ -1,6 +1,6 @@
 """Properties of the spawn env and the drift report over generated layers (contract §4).
 
-The table tests in test_layers.py and test_drift.py name the cases; these check that
+The table tests in test_layers.py and ../credentials/test_drift.py name the cases; these check that
 the rules hold for every mix of names and layers hypothesis can think of. Every
 generated value starts with `val-`, which no variable name contains, so a value that
 leaks anywhere is found by a substring search. Which names are protected or

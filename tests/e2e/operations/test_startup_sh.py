@@ -18,7 +18,7 @@ from tests.conftest import SecretRegistry
 from tests.support.agent_user import SERVER_CAPABILITIES, spawn_test_user
 from tests.support.fake_cli import fingerprint
 
-STARTUP = Path(__file__).resolve().parents[2] / "startup.sh"
+STARTUP = Path(__file__).resolve().parents[3] / "startup.sh"
 FAKE_SERVER = """#!/usr/bin/env bash
 if [ -n "${CLAUDE_CODE_OAUTH_TOKEN+x}" ]; then
     echo "token sha256:$(printf %s "$CLAUDE_CODE_OAUTH_TOKEN" | sha256sum | cut -c1-12)"

@@ -464,7 +464,7 @@ def is_ignored(path: str) -> bool:
         ".hypothesis/examples/x",
         ".coverage",
         "bench/results/latest.json",
-        "tests/unit/test_dockerfile.py",
+        "tests/repo/test_dockerfile.py",
         "agent_server.egg-info/PKG-INFO",
     ],
 )

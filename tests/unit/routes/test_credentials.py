@@ -186,8 +186,9 @@ def _directory_in_the_way(state_dir: Path) -> None:
     [
         pytest.param(_open_state_dir, id="a state dir writable by others is refused"),
         pytest.param(_symlinked_file, id="a symlink at the file is never followed"),
-        # A read-only state dir is a real read-only mount in tests/e2e/test_fault_injection.py:
-        # a 0500 directory proves nothing when the suite runs as root.
+        # A read-only state dir is a real read-only mount in
+        # tests/e2e/credentials/test_override_file_faults.py: a 0500 directory proves
+        # nothing when the suite runs as root.
         pytest.param(_directory_in_the_way, id="a directory where the file goes"),
     ],
 )

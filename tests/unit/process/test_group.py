@@ -20,7 +20,7 @@ from agent_server.process.procfs import carries, children_of_self, group_members
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 HOSTILE_CLI = REPO / "tests" / "support" / "hostile-cli"
 TAG = "TRINITY_EXECUTION_ID=sweep-test"
 
