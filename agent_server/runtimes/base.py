@@ -4,7 +4,8 @@ An adapter owns every fact about its CLI: its names and default command, the arg
 of one turn (the prompt goes on stdin, never argv), which optional turn fields it
 honours and which it takes without being able to enforce them, how to parse its
 stdout into a `TurnStream`, whether it can take a Claude credential, what its errors
-look like beyond the stream (`OutcomeHints`), the files it needs to run headless
+look like (`OutcomeHints`: the codes, markers, exit codes and reset wordings the outcome
+table reads, which spells none of its own), the files it needs to run headless
 (`SpawnFile`), and why it could not run a turn here at all (`readiness_problems`).
 Everything else (process groups, env layering, classification, HTTP) is shared.
 """
@@ -59,7 +60,9 @@ ResetParser = Callable[[str, datetime], datetime | None]
 
 @dataclass(frozen=True)
 class OutcomeHints:
-    """What the outcome table must know about one CLI beyond its parsed stream."""
+    """What the outcome table must know about one CLI to read its stream, its error texts
+    and its exit: every code, marker and wording is the CLI's (or its API's), never the
+    table's."""
 
     label: str
     """Human name used in messages, e.g. `Claude Code`."""
