@@ -2,8 +2,8 @@
 
 `classify_outcome` is pure: it reads the normalised stream (`TurnStream`), how the
 process ended (`ProcessFacts`) and what the runtime's errors look like
-(`OutcomeHints`). The evidence (`outcome.evidence`) is read in three passes, most
-trustworthy first:
+(`OutcomeHints`: its codes, markers, exit codes and reset wordings, each adapter's).
+The evidence (`outcome.evidence`) is read in three passes, most trustworthy first:
 
 1. structured stream fields (assistant `error`, `api_error` / `api_error_type`,
    result `is_error` / `api_error_status` / `terminal_reason`, `rate_limit_event`;
@@ -23,19 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from agent_server.outcome.evidence import (
-    AUTH_CODES,
-    BILLING_CODES,
-    MAX_TURN_REASONS,
-    MODEL_CODES,
-    NOT_FOUND_TYPES,
-    OOM_TEXT,
-    RATE_LIMIT_CODES,
-    SIGNAL_EXIT_CODES,
-    TEXT_MARKERS,
-    UPSTREAM_CODES,
-    Evidence,
-)
+from agent_server.outcome.evidence import OOM_TEXT, SIGNAL_EXIT_CODES, Evidence
 from agent_server.outcome.resets import parse_resets_at
 from agent_server.outcome.wording import MODEL_REJECTION_PREFIX, shape_message, telling_text
 from agent_server.process.runner import ProcessFacts
@@ -169,7 +157,7 @@ def classify_outcome(
         _by_structure(stream, facts, evidence, hints)
         or _by_markers(error_texts, hints.error_markers)
         or _by_exit_status(facts.exit_code, hints)
-        or _by_text(error_texts)
+        or _by_text(error_texts, hints)
         or OutcomeKind.EXECUTION_ERROR
     )
     return _build(kind, stream, facts, evidence, error_texts, hints, now)
@@ -180,31 +168,33 @@ def _by_structure(
 ) -> OutcomeKind | None:
     """Rows 5-10 on the structured stream fields (and the CLI's model-rejection marker)."""
     codes, status = evidence.codes, evidence.status
-    if codes & MODEL_CODES or (status == 404 and codes & NOT_FOUND_TYPES):
+    named = {hints.error_codes[code] for code in codes if code in hints.error_codes}
+    if OutcomeKind.MODEL_UNSUPPORTED in named or (status == 404 and codes & hints.not_found_codes):
         return OutcomeKind.MODEL_UNSUPPORTED
     rejected = stream.rate_limit_info is not None and (
         stream.rate_limit_info.get("status") == "rejected"
     )
-    if rejected or codes & RATE_LIMIT_CODES or status == 429:
+    if rejected or OutcomeKind.RATE_LIMIT in named or status == 429:
         return OutcomeKind.RATE_LIMIT
-    if codes & BILLING_CODES or status == 402:
+    if OutcomeKind.BILLING in named or status == 402:
         return OutcomeKind.BILLING
-    if codes & AUTH_CODES or status in (401, 403):
+    if OutcomeKind.AUTH in named or status in (401, 403):
         return OutcomeKind.AUTH
-    if codes & UPSTREAM_CODES or (status is not None and 500 <= status <= 599):
+    if OutcomeKind.UPSTREAM_UNAVAILABLE in named or (status is not None and 500 <= status <= 599):
         return OutcomeKind.UPSTREAM_UNAVAILABLE
     # The CLI marks any failure of a model it does not know (a gateway's `glm-4.6` too):
     # weaker evidence than what the API said, so it is read only when the API said nothing.
     zero_usage = not stream.input_tokens and not stream.output_tokens and not stream.cost_usd
     if zero_usage and any(m in facts.stderr for m in hints.model_rejection_markers):
         return OutcomeKind.MODEL_UNSUPPORTED
-    if stream.terminal_reason in MAX_TURN_REASONS or stream.subtype in MAX_TURN_REASONS:
+    reasons = hints.max_turn_reasons
+    if stream.terminal_reason in reasons or stream.subtype in reasons:
         return OutcomeKind.MAX_TURNS
     return None
 
 
 def _by_exit_status(exit_code: int | None, hints: OutcomeHints) -> OutcomeKind | None:
-    """Exit codes that name a cause (Gemini CLI's; Claude Code and Codex exit 1)."""
+    """Exit codes that name a cause, the runtime's own (most CLIs exit 1 on any error)."""
     return hints.exit_codes.get(exit_code) if exit_code is not None else None
 
 
@@ -219,9 +209,9 @@ def _by_markers(
     return None
 
 
-def _by_text(error_texts: Sequence[str]) -> OutcomeKind | None:
-    """Rows 5-10 on text markers of error channels only."""
-    for pattern, kind in TEXT_MARKERS:
+def _by_text(error_texts: Sequence[str], hints: OutcomeHints) -> OutcomeKind | None:
+    """Rows 5-10 on the runtime's text markers, of error channels only."""
+    for pattern, kind in hints.text_markers:
         if any(pattern.search(text) for text in error_texts):
             return kind
     return None
@@ -238,11 +228,11 @@ def _build(
 ) -> Outcome:
     """The outcome of an error row, with its message and rate-limit facts."""
     label = hints.label
-    cli_text = telling_text(error_texts, kind, hints.error_markers)
+    cli_text = telling_text(error_texts, kind, hints)
     resets_at: datetime | None = None
     rate_limit_type: str | None = None
     if kind is OutcomeKind.RATE_LIMIT:
-        resets_at = parse_resets_at(stream.rate_limit_info, error_texts, now)
+        resets_at = parse_resets_at(stream.rate_limit_info, error_texts, now, hints.reset_parsers)
         window = (stream.rate_limit_info or {}).get("rateLimitType")
         rate_limit_type = one_of(window, RATE_LIMIT_WINDOWS)
     fallback = fallback_message(kind, label, facts.exit_code)

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
-from agent_server.outcome.evidence import TEXT_MARKERS
+from agent_server.runtimes import MODEL_REJECTION_MARKERS as RUNTIME_REJECTION_MARKERS
+from agent_server.runtimes.base import OutcomeHints
 from agent_server.wire.names import OutcomeKind
 
 # The words the controller scans a failed turn's message for (Trinity's
@@ -36,7 +37,7 @@ BILLING_WORDS = ("credit balance",)
 MODEL_REJECTION_MARKERS = (
     "model unsupported:",
     "does not support this model",
-    "[claude-code:unrecognized_model]",
+    *RUNTIME_REJECTION_MARKERS,
 )
 MODEL_REJECTION_PREFIX = "Model unsupported: "
 """Row 5's message starts with it: the marker the controller reads a rejection by."""
@@ -58,7 +59,7 @@ _REPLACEMENTS = {
     "credit balance": "account balance",
     "model unsupported:": "model unsupported -",
     "does not support this model": "cannot use this model",
-    "[claude-code:unrecognized_model]": "[unrecognized model]",
+    **RUNTIME_REJECTION_MARKERS,
 }
 
 
@@ -97,13 +98,11 @@ def _clip(line: str) -> str:
     return line[: _MAX_MESSAGE_CHARS - 1] + "…"
 
 
-def telling_text(
-    texts: Sequence[str], kind: OutcomeKind, markers: Iterable[tuple[str, OutcomeKind]]
-) -> str | None:
+def telling_text(texts: Sequence[str], kind: OutcomeKind, hints: OutcomeHints) -> str | None:
     """The first non-blank text; of one of many lines, its first line that names `kind`
-    (a runtime marker of `kind`, or a shared marker of its row), else the whole text."""
-    own = [marker for marker, marked in markers if marked is kind]
-    shared = [pattern for pattern, marked in TEXT_MARKERS if marked is kind]
+    (a runtime marker of `kind`, or a text marker of its row), else the whole text."""
+    own = [marker for marker, marked in hints.error_markers if marked is kind]
+    shared = [pattern for pattern, marked in hints.text_markers if marked is kind]
     for text in texts:
         if not text.strip():
             continue

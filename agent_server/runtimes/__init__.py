@@ -12,6 +12,13 @@ RUNTIME_NAMES: dict[str, str] = {
     spelling: adapter.name for adapter in ADAPTERS for spelling in (adapter.name, *adapter.aliases)
 }
 """Every spelling `AGENT_RUNTIME` accepts -> the canonical runtime name."""
+MODEL_REJECTION_MARKERS: dict[str, str] = {
+    marker: unmarked
+    for adapter in ADAPTERS
+    for marker, unmarked in adapter.hints.model_rejection_markers.items()
+}
+"""Every runtime's stderr marker of an unknown model -> its spelling in another outcome's
+message (the controller reads the marker as a rejection, whatever the status)."""
 
 
 def adapter_for(runtime: str) -> RuntimeAdapter:

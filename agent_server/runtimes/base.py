@@ -4,15 +4,18 @@ An adapter owns every fact about its CLI: its names and default command, the arg
 of one turn (the prompt goes on stdin, never argv), which optional turn fields it
 honours and which it takes without being able to enforce them, how to parse its
 stdout into a `TurnStream`, whether it can take a Claude credential, what its errors
-look like beyond the stream (`OutcomeHints`), the files it needs to run headless
+look like (`OutcomeHints`: the codes, markers, exit codes and reset wordings the outcome
+table reads, which spells none of its own), the files it needs to run headless
 (`SpawnFile`), and why it could not run a turn here at all (`readiness_problems`).
 Everything else (process groups, env layering, classification, HTTP) is shared.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -51,9 +54,15 @@ class TurnSpec:
     """(media type, base64 data) of each image sent with the prompt."""
 
 
+ResetParser = Callable[[str, datetime], datetime | None]
+"""Reads the instant a rate limit resets in one error text (given `now`), or None."""
+
+
 @dataclass(frozen=True)
 class OutcomeHints:
-    """What the outcome table must know about one CLI beyond its parsed stream."""
+    """What the outcome table must know about one CLI to read its stream, its error texts
+    and its exit: every code, marker and wording is the CLI's (or its API's), never the
+    table's."""
 
     label: str
     """Human name used in messages, e.g. `Claude Code`."""
@@ -61,8 +70,9 @@ class OutcomeHints:
     """Exit statuses that name a cause by themselves."""
     permission_refusals: Mapping[str, str] = field(default_factory=dict)
     """stderr marker -> what it means: the CLI refused the permission mode (row 1)."""
-    model_rejection_markers: tuple[str, ...] = ()
-    """stderr markers of an unknown model id, believed only when nothing was used (row 5)."""
+    model_rejection_markers: Mapping[str, str] = field(default_factory=dict)
+    """stderr marker of an unknown model id, believed only when nothing was used (row 5)
+    -> how a message of another outcome spells it (the controller reads the marker)."""
     unknown_session_markers: tuple[str, ...] = ()
     """Error text (lower case) saying the session to resume does not exist."""
     error_markers: tuple[tuple[str, OutcomeKind], ...] = ()
@@ -70,6 +80,16 @@ class OutcomeHints:
     before its exit status and the shared markers (rows 5-10)."""
     exit_statuses: Mapping[int, int] = field(default_factory=dict)
     """Exit statuses that carry the API's HTTP status (Gemini CLI exits with it, mod 256)."""
+    error_codes: Mapping[str, OutcomeKind] = field(default_factory=dict)
+    """Structured error codes (lower case) of the stream -> the row they name (rows 5-9)."""
+    not_found_codes: frozenset[str] = frozenset()
+    """Error types that, with a 404, say the model is unknown (row 5)."""
+    max_turn_reasons: frozenset[str] = frozenset()
+    """A result's terminal reason or subtype that says it stopped at its turn cap (row 10)."""
+    text_markers: tuple[tuple[re.Pattern[str], OutcomeKind], ...] = ()
+    """Patterns of error texts -> their row, read on error channels after everything else."""
+    reset_parsers: tuple[ResetParser, ...] = ()
+    """Readers of the CLI's reset wordings, most explicit first (`outcome.resets`)."""
 
     def session_unknown(self, texts: Sequence[str]) -> bool:
         """True when one of these error texts says the session to resume does not exist."""

@@ -21,6 +21,8 @@ from agent_server.runtimes.base import (
     StreamParser,
     TurnSpec,
 )
+from agent_server.runtimes.claude_code_resets import RESET_PARSERS
+from agent_server.runtimes.error_vocabulary import ERROR_CODES, NOT_FOUND_CODES, TEXT_MARKERS
 from agent_server.runtimes.events import (
     add_error_text,
     as_float,
@@ -34,7 +36,7 @@ from agent_server.runtimes.events import (
 from agent_server.runtimes.rate_limit import read_rate_limit
 from agent_server.runtimes.stream import TurnStream
 from agent_server.spawn_env.spawn_files import SpawnFile
-from agent_server.wire.names import BYPASS_PERMISSIONS, CLAUDE_DESCRIPTORS
+from agent_server.wire.names import BYPASS_PERMISSIONS, CLAUDE_DESCRIPTORS, OutcomeKind
 
 __all__ = ["ClaudeCodeAdapter", "ClaudeStreamParser"]
 
@@ -45,6 +47,8 @@ API_KEY_SOURCES = frozenset(
 # The retry events the classifier reads are few; a CLI retrying for minutes is not.
 MAX_API_RETRIES = 64
 _RETRY_KEYS = ("attempt", "max_retries", "retry_delay_ms", "error_status", "error")
+UNRECOGNIZED_MODEL = "[claude-code:unrecognized_model]"
+"""Its stderr marker of a model id it does not know (any model a gateway serves, too)."""
 
 
 class ClaudeStreamParser:
@@ -205,8 +209,14 @@ class ClaudeCodeAdapter:
             "cannot be used with root/sudo privileges": "Claude Code refuses to skip permission "
             "prompts as root (run as a non-root user or set IS_SANDBOX=1)"
         },
-        model_rejection_markers=("[claude-code:unrecognized_model]",),
+        # Elsewhere the marker would read as a rejection to the controller: unmarked there.
+        model_rejection_markers={UNRECOGNIZED_MODEL: "[unrecognized model]"},
         unknown_session_markers=("no conversation found with session id",),
+        error_codes={**ERROR_CODES, "claude_code_version_too_old": OutcomeKind.MODEL_UNSUPPORTED},
+        not_found_codes=NOT_FOUND_CODES,
+        max_turn_reasons=frozenset({"max_turns", "error_max_turns"}),
+        text_markers=TEXT_MARKERS,
+        reset_parsers=RESET_PARSERS,
     )
     supports_auth_override = True
     brokered = True

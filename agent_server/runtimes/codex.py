@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from agent_server.runtimes.base import OutcomeHints, SpawnHost, StreamParser, TurnSpec
+from agent_server.runtimes.codex_resets import RESET_PARSERS
+from agent_server.runtimes.error_vocabulary import ERROR_CODES, NOT_FOUND_CODES, TEXT_MARKERS
 from agent_server.runtimes.events import (
     add_error_text,
     as_int,
@@ -132,7 +134,14 @@ class CodexAdapter:
     name = "codex"
     aliases: tuple[str, ...] = ()
     default_command = "codex"
-    hints = OutcomeHints(label="Codex", error_markers=ERROR_MARKERS)
+    hints = OutcomeHints(
+        label="Codex",
+        error_markers=ERROR_MARKERS,
+        error_codes=ERROR_CODES,
+        not_found_codes=NOT_FOUND_CODES,
+        text_markers=TEXT_MARKERS,
+        reset_parsers=RESET_PARSERS,
+    )
     supports_auth_override = False
     brokered = False
     credential_descriptors: Mapping[str, str] = {}

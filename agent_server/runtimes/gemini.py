@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_server.runtimes.base import OutcomeHints, SpawnHost, StreamParser, TurnSpec
+from agent_server.runtimes.error_vocabulary import ERROR_CODES, NOT_FOUND_CODES, TEXT_MARKERS
 from agent_server.runtimes.events import (
     add_error_text,
     as_float,
@@ -47,6 +48,7 @@ from agent_server.runtimes.events import (
     as_str,
     decode_event,
 )
+from agent_server.runtimes.gemini_resets import RESET_PARSERS
 from agent_server.runtimes.stream import TurnStream
 from agent_server.spawn_env.spawn_files import SpawnFile
 from agent_server.wire.names import OutcomeKind
@@ -151,6 +153,10 @@ def _hints() -> OutcomeHints:
             ("exhausted your daily quota", OutcomeKind.RATE_LIMIT),
         ),
         unknown_session_markers=("error resuming session",),
+        error_codes=ERROR_CODES,
+        not_found_codes=NOT_FOUND_CODES,
+        text_markers=TEXT_MARKERS,
+        reset_parsers=RESET_PARSERS,
     )
 
 

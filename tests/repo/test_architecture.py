@@ -19,6 +19,10 @@ One idea a module, named by the module; no cap on a module's length (a cap split
 by size, not by idea), but a function past FUNCTION_BUDGET lines of code (docstring,
 comments and blank lines not counted) is doing two jobs.
 
+Each CLI's facts live on its adapter (`runtimes/`): the outcome table is handed them
+(`OutcomeHints`) and spells no CLI's name, marker or wording itself; no module outside
+`runtimes/` spells an adapter's marker.
+
 The controller library sits beside the server: it may import only the wire leaf
 (`wire/`: models, names, signing, fixed messages, instants), and nothing of the
 server imports it but `__main__`, the command line's composition root (`agent-server
@@ -28,9 +32,14 @@ pool …`). Only its Redis store imports `redis`, the optional dependency.
 from __future__ import annotations
 
 import ast
+import io
+import re
+import tokenize
 from pathlib import Path
 
 import pytest
+
+from agent_server.runtimes import ADAPTERS
 
 PACKAGE = Path(__file__).resolve().parents[2] / "agent_server"
 FUNCTION_BUDGET = 60
@@ -203,3 +212,90 @@ def test_the_controller_and_the_server_meet_only_at_the_wire(path: Path) -> None
 def test_only_the_redis_store_imports_redis(path: Path) -> None:
     """redis is the controller extra's: a server without it must still import everything."""
     assert ("redis" in _third_party(path)) is (path == REDIS_ONLY_IN)
+
+
+CLI_NAMES = re.compile(r"claude|codex|gemini|anthropic|openai|google", re.IGNORECASE)
+"""The CLIs and their vendors: names the outcome table never spells."""
+OUTCOME = PACKAGE / "outcome"
+RUNTIMES = PACKAGE / "runtimes"
+OUTCOME_PATTERNS_ALLOWED = {"evidence.py": 1}
+"""Literal regexes outcome/ may compile: the shell's and kernel's words for a kill."""
+_RE_CALLS = frozenset({"compile", "search", "match", "fullmatch", "findall", "finditer", "sub"})
+
+
+def _spelt(source: str) -> list[str]:
+    """Every string a module spells: its literals (docstrings too, implicit
+    concatenations joined) and its comments."""
+    literals = [
+        node.value
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+    ]
+    tokens = tokenize.generate_tokens(io.StringIO(source).readline)
+    return literals + [token.string for token in tokens if token.type == tokenize.COMMENT]
+
+
+def _literal_patterns(source: str) -> list[str]:
+    """The string literals a module hands `re` as a pattern."""
+    return [
+        node.args[0].value
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == "re"
+        and node.func.attr in _RE_CALLS
+        and node.args
+        and isinstance(node.args[0], ast.Constant)
+        and isinstance(node.args[0].value, str)
+    ]
+
+
+def _runtime_markers() -> set[str]:
+    """Every marker and text pattern an adapter hands the outcome table, lower case."""
+    markers: set[str] = set()
+    for adapter in ADAPTERS:
+        hints = adapter.hints
+        markers.update(marker for marker, _ in hints.error_markers)
+        markers.update(hints.permission_refusals)
+        markers.update(hints.model_rejection_markers)
+        markers.update(hints.unknown_session_markers)
+        markers.update(pattern.pattern for pattern, _ in hints.text_markers)
+    return {marker.lower() for marker in markers}
+
+
+def test_the_facts_checks_catch_a_cli_spelt_in_outcome() -> None:
+    """The checks themselves: a name in a docstring, a marker in a comment, a regex."""
+    source = (
+        '"""Reads Codex\'s words."""\n'
+        "import re\n"
+        "# [claude-code:unrecognized_model] is a rejection\n"
+        'WORDING = re.compile(r"try again at " "[0-9]+")\n'
+    )
+    spelt = _spelt(source)
+    assert any(CLI_NAMES.search(text) for text in spelt)
+    assert any("[claude-code:unrecognized_model]" in text.lower() for text in spelt)
+    assert _literal_patterns(source) == ["try again at [0-9]+"]
+    assert "[claude-code:unrecognized_model]" in _runtime_markers()
+
+
+@pytest.mark.parametrize("path", sorted(OUTCOME.rglob("*.py")), ids=lambda p: p.name)
+def test_the_outcome_table_spells_no_cli(path: Path) -> None:
+    """outcome/ names no CLI and compiles no CLI's wording: each adapter hands its own."""
+    source = path.read_text(encoding="utf-8")
+    named = [text for text in _spelt(source) if CLI_NAMES.search(text)]
+    assert not named, named
+    patterns = _literal_patterns(source)
+    assert len(patterns) <= OUTCOME_PATTERNS_ALLOWED.get(path.name, 0), patterns
+
+
+@pytest.mark.parametrize(
+    "path",
+    [path for path in _modules() if RUNTIMES not in path.parents],
+    ids=lambda p: str(p.relative_to(PACKAGE)),
+)
+def test_a_runtime_marker_is_spelt_only_in_runtimes(path: Path) -> None:
+    """No module outside runtimes/ spells a marker an adapter owns."""
+    spelt = [text.lower() for text in _spelt(path.read_text(encoding="utf-8"))]
+    found = sorted(marker for marker in _runtime_markers() if any(marker in t for t in spelt))
+    assert not found, found

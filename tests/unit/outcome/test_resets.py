@@ -1,4 +1,8 @@
-"""Reset parsing: every CLI's wording, rolling clock times, and never an invented instant."""
+"""Reset parsing: every CLI's wording, rolling clock times, and never an invented instant.
+
+The wordings are each runtime's (`OutcomeHints.reset_parsers`); the table reads them
+all at once, in the runtimes' order, and one test pins that a runtime reads its own.
+"""
 
 from __future__ import annotations
 
@@ -9,10 +13,42 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent_server.outcome.resets import parse_resets_at
+from agent_server.outcome import resets
+from agent_server.runtimes import ADAPTERS, adapter_for
+from agent_server.runtimes.base import ResetParser
 
 # A Sunday morning, so weekday and day rolls are easy to read.
 NOW = datetime(2025, 11, 30, 7, 51, 0, tzinfo=UTC)
+
+
+EVERY_WORDING: tuple[ResetParser, ...] = tuple(
+    parse for adapter in ADAPTERS for parse in adapter.hints.reset_parsers
+)
+
+
+def parse_resets_at(
+    info: dict[str, Any] | None, texts: list[str], now: datetime
+) -> datetime | None:
+    """Every runtime's wordings at once."""
+    return resets.parse_resets_at(info, texts, now, EVERY_WORDING)
+
+
+@pytest.mark.parametrize(
+    ("runtime", "text"),
+    [
+        pytest.param("claude-code", "You've hit your limit · resets 8:32am (UTC)", id="claude"),
+        pytest.param("codex", "You've hit your usage limit. Try again in 2 hours.", id="codex"),
+        pytest.param("gemini-cli", "Your quota will reset after 1h49m8s.", id="gemini"),
+    ],
+)
+def test_a_runtime_reads_its_own_wording_only(runtime: str, text: str) -> None:
+    """Each wording is read by its own runtime's parsers and by no other runtime's."""
+    readers = {
+        adapter.name
+        for adapter in ADAPTERS
+        if resets.parse_resets_at(None, [text], NOW, adapter.hints.reset_parsers) is not None
+    }
+    assert readers == {adapter_for(runtime).name}
 
 
 def utc(year: int, month: int, day: int, hour: int = 0, minute: int = 0) -> datetime:
