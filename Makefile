@@ -20,7 +20,7 @@ REAL_CLI_ENV = AGENT_SERVER_TEST_CLAUDE_BIN=$(abspath $(CLAUDE_BIN)) \
 	AGENT_SERVER_TEST_GEMINI_BIN=$(abspath $(GEMINI_BIN))
 AGENT_IMAGE ?= agent-server:dev
 
-.PHONY: help run test lint unit bench bench-quick clean image conformance vocabulary
+.PHONY: help run test $(LANES) lint unit bench bench-quick clean image conformance vocabulary
 
 # Each target's `##` comment is its line in `make help`.
 help: ## list the targets
@@ -90,11 +90,32 @@ unit: $(DEV_STAMP) ## the unit and repository tiers only (seconds)
 image: ## build the agent image (agent-server:dev)
 	AGENT_IMAGE=$(AGENT_IMAGE) bash docker/build-image.sh
 
-# The image tier (tests/image) runs when a docker daemon answers: build the image first.
-test: $(DEV_STAMP) $(REAL_CLIS) lint ## lint and the whole suite (the image tier when docker answers)
+# The whole suite in three lanes at once, each a pytest of its own selecting tiers by
+# marker, so a lane waiting on a server, a CLI or docker leaves the CPUs to the others:
+#   lane-image  builds the image when a docker daemon answers, then the image tier;
+#   lane-real   the unit and repository tiers, then the end-to-end tests of the real CLIs;
+#   lane-fake   the other end-to-end tests (the stand-in CLIs).
+# Each lane writes its own coverage data; they are combined and reported at the end.
+LANES := lane-image lane-real lane-fake
+PYTEST_LANE = $(REAL_CLI_ENV) AGENT_SERVER_TEST_IMAGE=$(AGENT_IMAGE) \
+	COVERAGE_FILE=.coverage.$(1) $(BIN)/pytest --cov --cov-report= -p no:cacheprovider -m
+
+test: $(DEV_STAMP) $(REAL_CLIS) lint ## lint and the whole suite, in three lanes at once
+	rm -f .coverage .coverage.*
+	$(MAKE) --no-print-directory -j3 --output-sync=target $(LANES)
+	$(BIN)/coverage combine -q
+	$(BIN)/coverage report --skip-covered
+
+lane-image:
 	if timeout 30 docker info > /dev/null 2>&1; then $(MAKE) --no-print-directory image; fi
-	$(REAL_CLI_ENV) AGENT_SERVER_TEST_IMAGE=$(AGENT_IMAGE) \
-		$(BIN)/pytest --cov --cov-report=term:skip-covered
+	$(call PYTEST_LANE,image) "image and not leak_sweep"
+
+lane-real:
+	$(call PYTEST_LANE,unit) "unit or repo"
+	$(call PYTEST_LANE,real) "e2e and realcli"
+
+lane-fake:
+	$(call PYTEST_LANE,fake) "e2e and not realcli"
 
 # The three CLIs' outcomes against the contract table (part of `make test` with the pins):
 # `make conformance CLAUDE_CODE_VERSION=2.1.332 CODEX_VERSION=… GEMINI_CLI_VERSION=…`

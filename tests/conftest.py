@@ -105,10 +105,13 @@ def _tier(item: pytest.Item) -> str | None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark each test with its tier, before `-m` selects."""
+    """Mark each test with its tier, before `-m` selects: a test in no tier's folder
+    (and not the leak sweep, which carries its tiers) would be in no lane of `make test`."""
     for item in items:
         if (tier := _tier(item)) is not None:
             item.add_marker(tier)
+        elif not any(item.get_closest_marker(tier) for tier in TIERS):
+            raise pytest.UsageError(f"{item.nodeid} is in no tier's folder: {sorted(TIERS)}")
 
 
 @pytest.hookimpl(trylast=True)
