@@ -111,7 +111,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if (tier := _tier(item)) is not None:
             item.add_marker(tier)
         elif not any(item.get_closest_marker(tier) for tier in TIERS):
-            raise pytest.UsageError(f"{item.nodeid} is in no tier's folder: {sorted(TIERS)}")
+            msg = f"{item.nodeid} is in no tier's folder: {sorted(TIERS)}"
+            raise pytest.UsageError(msg)
 
 
 @pytest.hookimpl(trylast=True)
