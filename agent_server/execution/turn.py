@@ -4,8 +4,9 @@
         -> runner (process group) -> parser -> classify_outcome -> answer
 
 `TurnRunner` is built once by the composition root with exactly the collaborators a
-turn uses. A success's answer is drafted as its result arrives (`answer.Draft`). All
-that leaves here passed the redactor, which knows every override secret before the spawn.
+turn uses. Its answer is built once, after the CLI's exit (a large one on a worker
+thread). All that leaves here passed the redactor, which knows every override secret
+before the spawn.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,7 +27,6 @@ from agent_server.credentials.state import CredentialState, fingerprint
 from agent_server.credentials.store import CredentialStore
 from agent_server.errors import ApiError
 from agent_server.execution.answer import (
-    Draft,
     FinishedTurn,
     TurnAnswer,
     build_answer,
@@ -62,19 +61,13 @@ from agent_server.wire.names import (
 
 logger = logging.getLogger("agent_server.turn")
 
-_CLEAN_EXIT = ProcessFacts(exit_code=0)
-"""How a CLI that printed its result usually ends: what a draft guesses."""
-
 
 @dataclass
 class _Attempt:
     stream: TurnStream
     facts: ProcessFacts
     transcript: Transcript
-    lines: int
-    """Stdout lines read: the stream and transcript are as they were at this count."""
     session_reset: bool
-    draft: Draft | None = None
 
 
 @dataclass
@@ -280,8 +273,8 @@ class TurnRunner:
         ladder = ladder_named(credential.auth_route, spawned_with, ask.auth_ladder)
         not_enforced = ask.unenforced_by(self.adapter)
 
-        def answer(attempt: _Attempt) -> tuple[FinishedTurn, TurnAnswer]:
-            """The answer of `attempt` as it is now: its draft's while that holds."""
+        def answer(attempt: _Attempt) -> TurnAnswer:
+            """The answer of `attempt`, its CLI exited."""
             now = datetime.now(UTC)
             brokered = seen(exchanges, now) if exchanges is not None else None
             turn = FinishedTurn(
@@ -301,10 +294,9 @@ class TurnRunner:
             outcome = self._classify(attempt, execution, spec, now)
             if brokered is not None:
                 outcome = judge(outcome, brokered, self.adapter.hints.label)
-            drafted = attempt.draft.answers(outcome, turn, attempt.lines) if attempt.draft else None
-            return turn, build_answer(outcome, turn, now) if drafted is None else drafted
+            return build_answer(outcome, turn, now)
 
-        attempt = await self._spawn(spec, environment, deadline, execution, answer)
+        attempt = await self._spawn(spec, environment, deadline, execution)
         if ask.reset_unknown_session and spec.resume_session_id and self._session_unknown(attempt):
             logger.warning(
                 "the CLI no longer knows chat session %s: starting a new one",
@@ -313,10 +305,10 @@ class TurnRunner:
             spec = replace(
                 spec, resume_session_id=None, new_session_id=new_session_id(self.adapter)
             )
-            attempt = await self._spawn(spec, environment, deadline, execution, answer, reset=True)
-        if attempt.draft is not None or attempt.transcript.cost <= INLINE_ANSWER_BYTES:
-            return answer(attempt)[1]
-        return await anyio.to_thread.run_sync(made_aside, lambda: answer(attempt)[1], self.redactor)
+            attempt = await self._spawn(spec, environment, deadline, execution, reset=True)
+        if attempt.transcript.cost <= INLINE_ANSWER_BYTES:
+            return answer(attempt)
+        return await anyio.to_thread.run_sync(made_aside, lambda: answer(attempt), self.redactor)
 
     def _classify(
         self, attempt: _Attempt, execution: Execution, spec: TurnSpec, now: datetime
@@ -341,21 +333,15 @@ class TurnRunner:
         environment: tuple[dict[str, str], dict[str, str]],
         deadline: float,
         execution: Execution,
-        answer: Callable[[_Attempt], tuple[FinishedTurn, TurnAnswer]],
         *,
         reset: bool = False,
     ) -> _Attempt:
         """Run the CLI once (`reset`: again, on a new session) with `environment` (its env,
-        and the credentials it takes on descriptors); draft its answer when a success
-        result arrives, on the guess that a clean exit follows."""
+        and the credentials it takes on descriptors)."""
         parser = self.adapter.new_parser()
         transcript = Transcript(self.max_log_bytes)
-        lines = 0
-        draft: Draft | None = None
 
         def on_line(line: bytes) -> None:
-            nonlocal lines, draft
-            lines += 1
             if transcript.skims(line):
                 return
             # Redacted as it arrives: nothing downstream (parse, clip, shape) sees a secret.
@@ -363,14 +349,6 @@ class TurnRunner:
             is_result = parser.feed(clean)
             transcript.append(clean, is_result=is_result, parsed=parser.last_event)
             execution.progress.add_line(clean)
-            # One draft a spawn (a CLI that prints result after result gets no more); a
-            # large answer is made aside, once the CLI exited.
-            small = transcript.cost <= INLINE_ANSWER_BYTES
-            if is_result and draft is None and small and not parser.stream.is_error:
-                guess = _Attempt(parser.stream, _CLEAN_EXIT, transcript, lines, reset)
-                turn, drafted = answer(guess)
-                drafted.serialised = self.redactor.serialise(drafted.body)
-                draft = Draft(lines, turn, drafted)
 
         def on_spawn(pid: int) -> None:
             logger.debug("spawned %s as process group %d", self.adapter.name, pid)
@@ -394,14 +372,13 @@ class TurnRunner:
         )
         if result.cut_lines:
             transcript.cut()
-            draft = None  # it was made before a line went missing
         facts = result.facts
         if self.launcher and launcher_failed(facts.exit_code, facts.stderr):
             facts = replace(facts, spawn_failed=True)
         stderr = self.redactor.redact(facts.stderr)
         if stderr is not facts.stderr:  # `redact` returns the same text when it masked nothing
             facts = replace(facts, stderr=stderr)
-        return _Attempt(parser.stream, facts, transcript, lines, reset, draft)
+        return _Attempt(parser.stream, facts, transcript, reset)
 
     def _session_unknown(self, attempt: _Attempt) -> bool:
         """True when a resume failed because the CLI has no such session."""
