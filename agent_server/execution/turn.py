@@ -136,7 +136,16 @@ class TurnRunner:
         return AcceptedTurn(ask, execution, credential, chat)
 
     async def finish(self, turn: AcceptedTurn) -> TurnAnswer:
-        """Run an accepted turn to its answer and settle it (envelope, retention, events)."""
+        """Run an accepted turn to its answer and settle it (envelope, retention, events);
+        a refusal before exec (413 spawn_too_large) is raised, settled as well."""
+        ended, _ = await self.conclude(turn)
+        if isinstance(ended, ApiError):
+            raise ended
+        return ended
+
+    async def conclude(self, turn: AcceptedTurn) -> tuple[TurnAnswer | ApiError, dict[str, Any]]:
+        """Run an accepted turn and settle it: its answer, or its refusal before exec (413
+        spawn_too_large), and the terminal envelope settled of it (contract §6.6)."""
         execution, credential = turn.execution, turn.credential
         context = execution_id_var.set(execution.execution_id)
         try:
@@ -147,16 +156,16 @@ class TurnRunner:
                     answer = await self._chat_turn(turn.ask, execution, credential, turn.chat)
             except ApiError as refused:  # spawn_too_large: refused before exec
                 refusal = turn_refusal(refused, turn.ask.execution_id, credential.auth_route)
-                self._settle(turn, refusal.status, {"detail": refusal.body()}, refusal.error_code)
-                raise refusal from None
+                body = {"detail": refusal.body()}
+                return refusal, self._settle(turn, refusal.status, body, refusal.error_code)
             # A turn whose credential the API answered nothing through the broker names none (§4.8).
             if credential.auth_route != "baseline" and answer.credited:
                 answer.headers[AUTH_OVERRIDE_HEADER] = credential.auth_route
-            self._settle(turn, answer.status, answer.body, answer.outcome.error_code)
+            envelope = self._settle(turn, answer.status, answer.body, answer.outcome.error_code)
             asyncio.get_running_loop().call_soon(
                 self._count, turn, answer, time.monotonic() - execution.started
             )
-            return answer
+            return answer, envelope
         finally:
             self.metrics.active_turns.dec()
             self.registry.finish(execution)
@@ -164,9 +173,9 @@ class TurnRunner:
 
     def _settle(
         self, turn: AcceptedTurn, status: int, body: dict[str, Any], error_code: str | None
-    ) -> None:
-        """The turn's envelope now; its retention, and the end of its live events, at the
-        loop's next step."""
+    ) -> dict[str, Any]:
+        """The turn's envelope now (redacted when retained or sent); its retention, and the
+        end of its live events, at the loop's next step."""
         execution = turn.execution
         envelope = self.results.settle(
             execution.execution_id,
@@ -175,7 +184,6 @@ class TurnRunner:
             auth_route=turn.credential.auth_route,
             elapsed_ms=int((time.monotonic() - execution.started) * 1000),
         )
-        turn.envelope = envelope
         terminal = {
             "execution_id": execution.execution_id,
             "status": envelope["status"],
@@ -183,6 +191,7 @@ class TurnRunner:
             "error_code": error_code,
         }
         asyncio.get_running_loop().call_soon(execution.progress.close, terminal)
+        return envelope
 
     def _count(self, turn: AcceptedTurn, answer: TurnAnswer, seconds: float) -> None:
         """A turn's metrics and its log line (the answer has left: nothing waits for them)."""
