@@ -93,7 +93,8 @@ image: ## build the agent image (agent-server:dev)
 # The whole suite in three lanes at once, each a pytest of its own selecting tiers by
 # marker, so a lane waiting on a server, a CLI or docker leaves the CPUs to the others:
 #   lane-image  builds the image when a docker daemon answers, then the image tier;
-#   lane-real   the unit and repository tiers, then the end-to-end tests of the real CLIs;
+#   lane-real   the unit and repository tiers, then the end-to-end tests of the real CLIs
+#               (Claude Code's, and the conformance of Codex and Gemini CLI);
 #   lane-fake   the other end-to-end tests (the stand-in CLIs).
 # Each lane writes its own coverage data; they are combined and reported at the end.
 LANES := lane-image lane-real lane-fake
@@ -112,10 +113,10 @@ lane-image:
 
 lane-real:
 	$(call PYTEST_LANE,unit) "unit or repo"
-	$(call PYTEST_LANE,real) "e2e and realcli"
+	$(call PYTEST_LANE,real) "e2e and (realcli or conformance)"
 
 lane-fake:
-	$(call PYTEST_LANE,fake) "e2e and not realcli"
+	$(call PYTEST_LANE,fake) "e2e and not realcli and not conformance"
 
 # The three CLIs' outcomes against the contract table (part of `make test` with the pins):
 # `make conformance CLAUDE_CODE_VERSION=2.1.332 CODEX_VERSION=… GEMINI_CLI_VERSION=…`

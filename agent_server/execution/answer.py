@@ -43,7 +43,7 @@ class TurnAnswer:
     session_id: str | None
     headers: dict[str, str] = field(default_factory=dict)
     serialised: Serialised | None = None
-    """The body's JSON, when it was made ahead (`body` is never changed after)."""
+    """The body's JSON, when a large answer was made aside (`body` is never changed after)."""
     credited: bool = True
     """False when the API answered no request on the turn's credential through the broker
     (contract §4.8): the answer then names no credential."""
@@ -84,28 +84,6 @@ class FinishedTurn:
     def credited(self) -> bool:
         """False when the broker saw the API answer no request on this turn's credential."""
         return self.seen is None or self.seen.answered
-
-
-@dataclass(frozen=True)
-class Draft:
-    """A turn's answer made as its success result arrived, while its CLI exits.
-
-    An answer is made of what the stream said and of how the CLI ended, and the exit
-    follows the result event by milliseconds: drafted on the guess of a clean exit,
-    it is the answer when the exit gives the outcome and finished turn it guessed and
-    no line came after. Only its `timestamp` tells: the instant it was drafted.
-    """
-
-    lines: int
-    """Stdout lines read when it was drafted."""
-    turn: FinishedTurn
-    answer: TurnAnswer
-
-    def answers(self, outcome: Outcome, turn: FinishedTurn, lines: int) -> TurnAnswer | None:
-        """The drafted answer if it is the one of `outcome` and `turn`, else None."""
-        if lines == self.lines and outcome == self.answer.outcome and turn == self.turn:
-            return self.answer
-        return None
 
 
 def build_answer(outcome: Outcome, turn: FinishedTurn, now: datetime) -> TurnAnswer:

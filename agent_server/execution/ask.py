@@ -5,14 +5,13 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import dataclass, replace
-from typing import Any
 
 from agent_server.errors import RequestInvalid
 from agent_server.execution.chat_session import ChatSession
 from agent_server.execution.registry import Execution
 from agent_server.runtimes.base import RuntimeAdapter, TurnSpec
 from agent_server.spawn_env.per_spawn import SpawnCredential
-from agent_server.wire.turns import AuthOverride, ImageInput
+from agent_server.wire.turns import AuthOverride, ChatRequest, ImageInput, ParallelTaskRequest
 
 logger = logging.getLogger("agent_server.turn")
 
@@ -41,6 +40,31 @@ class TurnAsk:
     images: tuple[ImageInput, ...] | None = None
     reset_unknown_session: bool = False
     """Chat only: when the CLI no longer knows the session, start a new one once."""
+
+    @classmethod
+    def from_request(cls, body: ParallelTaskRequest | ChatRequest) -> TurnAsk:
+        """The turn a task or a chat request body asks for: a chat turn takes the fields
+        a task shares with it, and a new session once when the CLI lost the chat's."""
+        ask = cls(
+            message=body.message,
+            execution_id=body.execution_id,
+            model=body.model,
+            system_prompt=body.system_prompt,
+            auth_override=body.auth_override,
+            auth_ladder=tuple(body.auth_ladder) if body.auth_ladder else (),
+            images=tuple(body.images) if body.images else None,
+            reset_unknown_session=isinstance(body, ChatRequest),
+        )
+        if isinstance(body, ChatRequest):
+            return ask
+        return replace(
+            ask,
+            allowed_tools=tuple(body.allowed_tools) if body.allowed_tools is not None else None,
+            max_turns=body.max_turns,
+            timeout_s=body.timeout_seconds,
+            resume_session_id=body.resume_session_id,
+            persist_session=body.persist_session,
+        )
 
     def spec(self, permission_mode: str, model: str | None, adapter: RuntimeAdapter) -> TurnSpec:
         """The turn as `adapter` builds its argv and stdin from it (a fresh session id,
@@ -129,8 +153,6 @@ class AcceptedTurn:
     execution: Execution
     credential: SpawnCredential
     chat: ChatSession | None
-    envelope: dict[str, Any] | None = None
-    """Its terminal envelope, once it has one (contract §6.6); redacted when retained or sent."""
 
     @property
     def execution_id(self) -> str:

@@ -21,8 +21,8 @@ MAX_LINE_BYTES = 1024 * 1024
 alone would hold the event loop), and the transcript marked `truncated`. A real
 result line (the model's whole reply) is far shorter."""
 INLINE_ANSWER_BYTES = 256 * 1024
-"""Up to this `Transcript.cost`, a turn's answer is built on the event loop (drafted
-as its result arrives); past it, on a worker thread, so that no answer holds the
+"""Up to this `Transcript.cost`, a turn's answer is built on the event loop, once its
+CLI exited; past it, on a worker thread, so that no answer holds the
 loop for more than a few milliseconds."""
 PARSED_BUDGET = 64 * 1024
 """Bytes of lines whose parsed objects a transcript keeps (see `Transcript.append`)."""

@@ -4,8 +4,9 @@
         -> runner (process group) -> parser -> classify_outcome -> answer
 
 `TurnRunner` is built once by the composition root with exactly the collaborators a
-turn uses. A success's answer is drafted as its result arrives (`answer.Draft`). All
-that leaves here passed the redactor, which knows every override secret before the spawn.
+turn uses. Its answer is built once, after the CLI's exit (a large one on a worker
+thread). All that leaves here passed the redactor, which knows every override secret
+before the spawn.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,7 +27,6 @@ from agent_server.credentials.state import CredentialState, fingerprint
 from agent_server.credentials.store import CredentialStore
 from agent_server.errors import ApiError
 from agent_server.execution.answer import (
-    Draft,
     FinishedTurn,
     TurnAnswer,
     build_answer,
@@ -62,19 +61,13 @@ from agent_server.wire.names import (
 
 logger = logging.getLogger("agent_server.turn")
 
-_CLEAN_EXIT = ProcessFacts(exit_code=0)
-"""How a CLI that printed its result usually ends: what a draft guesses."""
-
 
 @dataclass
 class _Attempt:
     stream: TurnStream
     facts: ProcessFacts
     transcript: Transcript
-    lines: int
-    """Stdout lines read: the stream and transcript are as they were at this count."""
     session_reset: bool
-    draft: Draft | None = None
 
 
 @dataclass
@@ -143,7 +136,16 @@ class TurnRunner:
         return AcceptedTurn(ask, execution, credential, chat)
 
     async def finish(self, turn: AcceptedTurn) -> TurnAnswer:
-        """Run an accepted turn to its answer and settle it (envelope, retention, events)."""
+        """Run an accepted turn to its answer and settle it (envelope, retention, events);
+        a refusal before exec (413 spawn_too_large) is raised, settled as well."""
+        ended, _ = await self.conclude(turn)
+        if isinstance(ended, ApiError):
+            raise ended
+        return ended
+
+    async def conclude(self, turn: AcceptedTurn) -> tuple[TurnAnswer | ApiError, dict[str, Any]]:
+        """Run an accepted turn and settle it: its answer, or its refusal before exec (413
+        spawn_too_large), and the terminal envelope settled of it (contract §6.6)."""
         execution, credential = turn.execution, turn.credential
         context = execution_id_var.set(execution.execution_id)
         try:
@@ -154,16 +156,16 @@ class TurnRunner:
                     answer = await self._chat_turn(turn.ask, execution, credential, turn.chat)
             except ApiError as refused:  # spawn_too_large: refused before exec
                 refusal = turn_refusal(refused, turn.ask.execution_id, credential.auth_route)
-                self._settle(turn, refusal.status, {"detail": refusal.body()}, refusal.error_code)
-                raise refusal from None
+                body = {"detail": refusal.body()}
+                return refusal, self._settle(turn, refusal.status, body, refusal.error_code)
             # A turn whose credential the API answered nothing through the broker names none (§4.8).
             if credential.auth_route != "baseline" and answer.credited:
                 answer.headers[AUTH_OVERRIDE_HEADER] = credential.auth_route
-            self._settle(turn, answer.status, answer.body, answer.outcome.error_code)
+            envelope = self._settle(turn, answer.status, answer.body, answer.outcome.error_code)
             asyncio.get_running_loop().call_soon(
                 self._count, turn, answer, time.monotonic() - execution.started
             )
-            return answer
+            return answer, envelope
         finally:
             self.metrics.active_turns.dec()
             self.registry.finish(execution)
@@ -171,9 +173,9 @@ class TurnRunner:
 
     def _settle(
         self, turn: AcceptedTurn, status: int, body: dict[str, Any], error_code: str | None
-    ) -> None:
-        """The turn's envelope now; its retention, and the end of its live events, at the
-        loop's next step."""
+    ) -> dict[str, Any]:
+        """The turn's envelope now (redacted when retained or sent); its retention, and the
+        end of its live events, at the loop's next step."""
         execution = turn.execution
         envelope = self.results.settle(
             execution.execution_id,
@@ -182,7 +184,6 @@ class TurnRunner:
             auth_route=turn.credential.auth_route,
             elapsed_ms=int((time.monotonic() - execution.started) * 1000),
         )
-        turn.envelope = envelope
         terminal = {
             "execution_id": execution.execution_id,
             "status": envelope["status"],
@@ -190,6 +191,7 @@ class TurnRunner:
             "error_code": error_code,
         }
         asyncio.get_running_loop().call_soon(execution.progress.close, terminal)
+        return envelope
 
     def _count(self, turn: AcceptedTurn, answer: TurnAnswer, seconds: float) -> None:
         """A turn's metrics and its log line (the answer has left: nothing waits for them)."""
@@ -280,8 +282,8 @@ class TurnRunner:
         ladder = ladder_named(credential.auth_route, spawned_with, ask.auth_ladder)
         not_enforced = ask.unenforced_by(self.adapter)
 
-        def answer(attempt: _Attempt) -> tuple[FinishedTurn, TurnAnswer]:
-            """The answer of `attempt` as it is now: its draft's while that holds."""
+        def answer(attempt: _Attempt) -> TurnAnswer:
+            """The answer of `attempt`, its CLI exited."""
             now = datetime.now(UTC)
             brokered = seen(exchanges, now) if exchanges is not None else None
             turn = FinishedTurn(
@@ -301,10 +303,9 @@ class TurnRunner:
             outcome = self._classify(attempt, execution, spec, now)
             if brokered is not None:
                 outcome = judge(outcome, brokered, self.adapter.hints.label)
-            drafted = attempt.draft.answers(outcome, turn, attempt.lines) if attempt.draft else None
-            return turn, build_answer(outcome, turn, now) if drafted is None else drafted
+            return build_answer(outcome, turn, now)
 
-        attempt = await self._spawn(spec, environment, deadline, execution, answer)
+        attempt = await self._spawn(spec, environment, deadline, execution)
         if ask.reset_unknown_session and spec.resume_session_id and self._session_unknown(attempt):
             logger.warning(
                 "the CLI no longer knows chat session %s: starting a new one",
@@ -313,10 +314,10 @@ class TurnRunner:
             spec = replace(
                 spec, resume_session_id=None, new_session_id=new_session_id(self.adapter)
             )
-            attempt = await self._spawn(spec, environment, deadline, execution, answer, reset=True)
-        if attempt.draft is not None or attempt.transcript.cost <= INLINE_ANSWER_BYTES:
-            return answer(attempt)[1]
-        return await anyio.to_thread.run_sync(made_aside, lambda: answer(attempt)[1], self.redactor)
+            attempt = await self._spawn(spec, environment, deadline, execution, reset=True)
+        if attempt.transcript.cost <= INLINE_ANSWER_BYTES:
+            return answer(attempt)
+        return await anyio.to_thread.run_sync(made_aside, lambda: answer(attempt), self.redactor)
 
     def _classify(
         self, attempt: _Attempt, execution: Execution, spec: TurnSpec, now: datetime
@@ -341,21 +342,15 @@ class TurnRunner:
         environment: tuple[dict[str, str], dict[str, str]],
         deadline: float,
         execution: Execution,
-        answer: Callable[[_Attempt], tuple[FinishedTurn, TurnAnswer]],
         *,
         reset: bool = False,
     ) -> _Attempt:
         """Run the CLI once (`reset`: again, on a new session) with `environment` (its env,
-        and the credentials it takes on descriptors); draft its answer when a success
-        result arrives, on the guess that a clean exit follows."""
+        and the credentials it takes on descriptors)."""
         parser = self.adapter.new_parser()
         transcript = Transcript(self.max_log_bytes)
-        lines = 0
-        draft: Draft | None = None
 
         def on_line(line: bytes) -> None:
-            nonlocal lines, draft
-            lines += 1
             if transcript.skims(line):
                 return
             # Redacted as it arrives: nothing downstream (parse, clip, shape) sees a secret.
@@ -363,14 +358,6 @@ class TurnRunner:
             is_result = parser.feed(clean)
             transcript.append(clean, is_result=is_result, parsed=parser.last_event)
             execution.progress.add_line(clean)
-            # One draft a spawn (a CLI that prints result after result gets no more); a
-            # large answer is made aside, once the CLI exited.
-            small = transcript.cost <= INLINE_ANSWER_BYTES
-            if is_result and draft is None and small and not parser.stream.is_error:
-                guess = _Attempt(parser.stream, _CLEAN_EXIT, transcript, lines, reset)
-                turn, drafted = answer(guess)
-                drafted.serialised = self.redactor.serialise(drafted.body)
-                draft = Draft(lines, turn, drafted)
 
         def on_spawn(pid: int) -> None:
             logger.debug("spawned %s as process group %d", self.adapter.name, pid)
@@ -394,14 +381,13 @@ class TurnRunner:
         )
         if result.cut_lines:
             transcript.cut()
-            draft = None  # it was made before a line went missing
         facts = result.facts
         if self.launcher and launcher_failed(facts.exit_code, facts.stderr):
             facts = replace(facts, spawn_failed=True)
         stderr = self.redactor.redact(facts.stderr)
         if stderr is not facts.stderr:  # `redact` returns the same text when it masked nothing
             facts = replace(facts, stderr=stderr)
-        return _Attempt(parser.stream, facts, transcript, lines, reset, draft)
+        return _Attempt(parser.stream, facts, transcript, reset)
 
     def _session_unknown(self, attempt: _Attempt) -> bool:
         """True when a resume failed because the CLI has no such session."""

@@ -4,20 +4,19 @@ terminate, and a finished turn's retained result."""
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from datetime import UTC, datetime
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from agent_server.errors import ApiError, NoRetainedResult
+from agent_server.errors import NoRetainedResult
 from agent_server.execution.answer import TurnAnswer
 from agent_server.execution.ask import AcceptedTurn, TurnAsk
 from agent_server.execution.chat_session import ChatSession
+from agent_server.execution.detached import detach
 from agent_server.execution.registry import Execution, Registry
 from agent_server.execution.turn import TurnRunner
-from agent_server.process.timings import CALLBACK_LEASE_GRACE_S
 from agent_server.records.results import Results
 from agent_server.routes.requests import parse_json
 from agent_server.routes.respond import answer
@@ -31,8 +30,6 @@ from agent_server.wire.turns import (
     TerminateResponse,
 )
 
-logger = logging.getLogger("agent_server.executions")
-
 
 async def task(request: Request) -> Response:
     """Run one stateless turn (a fresh session unless `resume_session_id`).
@@ -41,28 +38,11 @@ async def task(request: Request) -> Response:
     and deliver the result by callback (contract §6.8); otherwise answer in-line.
     """
     body = await parse_json(request, ParallelTaskRequest)
-    ask = TurnAsk(
-        message=body.message,
-        execution_id=body.execution_id,
-        model=body.model,
-        system_prompt=body.system_prompt,
-        allowed_tools=tuple(body.allowed_tools) if body.allowed_tools is not None else None,
-        max_turns=body.max_turns,
-        timeout_s=body.timeout_seconds,
-        resume_session_id=body.resume_session_id,
-        persist_session=body.persist_session,
-        auth_override=body.auth_override,
-        auth_ladder=tuple(body.auth_ladder) if body.auth_ladder else (),
-        images=tuple(body.images) if body.images else None,
-    )
+    ask = TurnAsk.from_request(body)
     if body.async_result:
-        results: Results = request.app.state.results
-        if results.callbacks is not None and ask.execution_id is not None:
-            return _detach(request, ask)
-        logger.info(
-            "async_result asked, answered synchronously: %s",
-            "no execution_id" if results.callbacks is not None else "no callback configured",
-        )
+        accepted = detach(request.app.state.turns, request.app.state.results, ask)
+        if accepted is not None:
+            return _accepted(request, accepted)
     return _respond(request, await _run_watched(request, ask))
 
 
@@ -73,16 +53,7 @@ async def chat(request: Request) -> Response:
     terminable while it waits for the chat turn before it.
     """
     body = await parse_json(request, ChatRequest)
-    ask = TurnAsk(
-        message=body.message,
-        execution_id=body.execution_id,
-        model=body.model,
-        system_prompt=body.system_prompt,
-        auth_override=body.auth_override,
-        auth_ladder=tuple(body.auth_ladder) if body.auth_ladder else (),
-        images=tuple(body.images) if body.images else None,
-        reset_unknown_session=True,
-    )
+    ask = TurnAsk.from_request(body)
     return _respond(request, await _run_watched(request, ask, request.app.state.chat))
 
 
@@ -145,38 +116,12 @@ async def result(request: Request) -> Response:
     )
 
 
-def _detach(request: Request, ask: TurnAsk) -> Response:
-    """Accept the turn (refusals answer now), run it detached, answer 202."""
-    turns: TurnRunner = request.app.state.turns
-    results: Results = request.app.state.results
-    accepted = turns.accept(ask)
-    deadline = time.time() + ask.timeout_s + CALLBACK_LEASE_GRACE_S
-    results.background(_run_detached(turns, results, accepted, deadline))
+def _accepted(request: Request, accepted: AcceptedTurn) -> Response:
+    """202 for an async turn running detached, with the override header when it has one."""
     route = accepted.credential.auth_route
     headers = {AUTH_OVERRIDE_HEADER: route} if route != "baseline" else None
     body = AsyncAccepted(execution_id=accepted.execution_id, status="accepted")
     return answer(request, body.model_dump(), status_code=202, headers=headers)
-
-
-async def _run_detached(
-    turns: TurnRunner, results: Results, accepted: AcceptedTurn, deadline: float
-) -> None:
-    """Run an async turn to its envelope, then send it to the controller."""
-    try:
-        await turns.finish(accepted)
-    except ApiError:
-        pass  # a refusal after the 202 (spawn_too_large): its envelope is settled
-    except Exception:  # a bug: still tell the controller the turn is over
-        logger.exception("async turn failed", extra={"execution_id": accepted.execution_id})
-        accepted.envelope = results.settle(
-            accepted.execution_id,
-            500,
-            {"detail": ApiError("internal error").body()},
-            auth_route=accepted.credential.auth_route,
-            elapsed_ms=0,
-        )
-    if accepted.envelope is not None:
-        await results.send(accepted.envelope, deadline)
 
 
 async def _run_watched(
