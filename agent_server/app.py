@@ -29,7 +29,7 @@ from agent_server.errors import (
 )
 from agent_server.openapi import Answer, Endpoint, openapi_document
 from agent_server.outcome.classify import ERROR_CODES, ERROR_STATUSES
-from agent_server.process.group import enable_child_subreaper, use_pidfd_child_watcher
+from agent_server.process.group import Containment, use_pidfd_child_watcher
 from agent_server.process.timings import RECORDS_AT_EXIT_S
 from agent_server.routes import credentials, executions, health, progress
 from agent_server.routes.respond import answer
@@ -190,9 +190,9 @@ def create_app(settings: Settings, services: Services | None = None) -> Starlett
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         # Adopt orphaned grandchildren of the CLI so the runner can reap them even
         # when PID 1 of the container does not (no tini, server not exec'd).
-        enable_child_subreaper()
         use_pidfd_child_watcher()
         services.reaper.install(asyncio.get_running_loop())
+        _announce_containment(services.reaper.containment)
         logger.info(
             "agent-server serving runtime %s for agent %s", settings.runtime, settings.agent_name
         )
@@ -272,3 +272,17 @@ async def _client_left(request: Request, exc: Exception) -> Response:
 async def _unexpected(request: Request, exc: Exception) -> Response:
     logger.exception("unexpected error on %s %s", request.method, request.url.path)
     return answer(request, {"detail": ApiError("internal error").body()}, status_code=500)
+
+
+def _announce_containment(containment: Containment) -> None:
+    """Say at boot what ends a turn's processes (contract §10; `/health` says it too)."""
+    if containment == "subreaper_sweep":
+        logger.info(
+            "containment: subreaper_sweep: a turn's process group is killed at its end, "
+            "and every process that left the group is this server's to sweep"
+        )
+    else:
+        logger.warning(
+            "containment: process_group: the kernel refused the child subreaper, so a "
+            "process that leaves its turn's group (setsid, a double fork) is not swept"
+        )

@@ -16,6 +16,7 @@ import os
 import signal
 import sys
 from collections.abc import Iterator
+from typing import Literal
 
 from agent_server.process.procfs import (
     carries,
@@ -172,6 +173,11 @@ def _reap(pid: int) -> None:
         os.waitpid(pid, os.WNOHANG)
 
 
+Containment = Literal["subreaper_sweep", "process_group"]
+"""`subreaper_sweep`: a turn's group is killed, and every process that left it comes
+to this server and is swept at the turn's end; `process_group`: the group only."""
+
+
 class Reaper:
     """Every process a turn started, found and collected when the turn ends (contract §10).
 
@@ -193,15 +199,21 @@ class Reaper:
         self._spawning = 0
         self._pending: asyncio.Handle | None = None
         self._owns_children = False
+        self.containment: Containment = "process_group"
+        """What ends a turn's processes: its group only, until `install` makes this
+        process the subreaper whose sweep also finds what left the group."""
 
     def install(self, loop: asyncio.AbstractEventLoop) -> None:
         """Make this the server's reaper: collect orphaned zombies on every SIGCHLD.
 
         It also declares that every child of this process is a turn's: an idle sweep
         then kills untagged children too (a process embedding agent-server for a
-        test, which has children of its own, never calls this).
+        test, which has children of its own, never calls this). Where the kernel
+        refuses the subreaper, escapees go to PID 1 and only the group is killed.
         """
         self._owns_children = True
+        if enable_child_subreaper():
+            self.containment = "subreaper_sweep"
         loop.add_signal_handler(signal.SIGCHLD, self._on_sigchld, loop)
 
     def uninstall(self, loop: asyncio.AbstractEventLoop) -> None:

@@ -136,7 +136,7 @@ class ProcessProtocol(asyncio.SubprocessProtocol):
         self.failed = asyncio.Event()
         self.error: Exception | None = None
         self.ending: asyncio.Future[None] | None = None
-        """Resolved by the exit or a callback failure (`_Turn.wait_for_ending` waits on it)."""
+        """Resolved by the exit or a callback failure (`runner._Run.wait_for_ending`)."""
 
     @property
     def cut_lines(self) -> int:

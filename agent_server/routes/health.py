@@ -37,6 +37,7 @@ async def health(request: Request) -> Response:
         auth="insecure" if request.app.state.controller_token is None else "token",
         isolation="same_uid" if settings.spawn_user is None else "spawn_user",
         spawn_user=settings.spawn_user.name if settings.spawn_user else None,
+        containment=request.app.state.reaper.containment,
         capabilities=Capabilities(
             auth_override=list(AUTH_OVERRIDE_KINDS) if adapter.supports_auth_override else [],
             turn_options=[name for name in TURN_OPTIONS if name in adapter.honours],

@@ -38,4 +38,7 @@ class Health(BaseModel):
     """`spawn_user`: turns run as another user than the server (contract §10)."""
     spawn_user: str | None = None
     """That user's name, when separated."""
+    containment: Literal["subreaper_sweep", "process_group"]
+    """What ends a turn's processes (contract §10): `subreaper_sweep`, its group and
+    every process that left it; `process_group`, its group only."""
     capabilities: Capabilities

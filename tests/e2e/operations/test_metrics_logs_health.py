@@ -149,8 +149,11 @@ def _health(server: ServerProcess) -> httpx.Response:
 
 
 def test_health_of_a_ready_claude_agent(turn_servers: TurnServers) -> None:
-    """No token needed; ok, the runtime found, token auth, all three override kinds."""
-    response = _health(turn_servers.start())
+    """No token needed; ok, the runtime found, token auth, all three override kinds; the
+    containment in force, which the boot log says too."""
+    server = turn_servers.start()
+    response = _health(server)
+    assert "containment: subreaper_sweep" in server.log_text()
     assert response.status_code == 200
     assert response.json() == {
         "status": "ok",
@@ -163,6 +166,7 @@ def test_health_of_a_ready_claude_agent(turn_servers: TurnServers) -> None:
         "auth": "token",
         "isolation": "same_uid",
         "spawn_user": None,
+        "containment": "subreaper_sweep",
         "capabilities": {
             "auth_override": ["oauth_token", "api_key", "provider"],
             "turn_options": CLAUDE_TURN_OPTIONS,

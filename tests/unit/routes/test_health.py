@@ -88,6 +88,7 @@ def test_a_ready_claude_agent_is_ok(environ: dict[str, str]) -> None:
         "active_executions": 0,
         "isolation": "same_uid",
         "spawn_user": None,
+        "containment": "process_group",  # no lifespan here: the reaper is not installed
         "auth": "token",
         "capabilities": {
             "auth_override": ["oauth_token", "api_key", "provider"],
