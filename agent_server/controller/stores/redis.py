@@ -53,6 +53,8 @@ CREDENTIALS, ASSIGNMENTS, FAILURES, READINGS, COOLDOWNS, RETRIES, CLAIMS = (
         "claims",
     )
 )
+LEASES = PREFIX + "leases:"
+"""Followed by a credential id: that credential's leases."""
 _FIELD_SEPARATOR = "\t"
 
 _COMPARE_AND_SET = """
@@ -94,6 +96,23 @@ return 1
 """KEYS: retries, claims. ARGV: the turn, the retry id, now and the lease's end (us).
 Instants below 2^53 us compare exactly as Lua numbers; they are kept as text."""
 
+_ACQUIRE_LEASE = """
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[2])
+if not redis.call('ZSCORE', KEYS[1], ARGV[1])
+    and redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[4]) then return 0 end
+redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
+return 1
+"""
+"""KEYS: the credential's leases (a sorted set of holders scored by expiry, us). ARGV: the
+holder, now, the lease's end, the ceiling. Ended leases are dropped before the count."""
+_RENEW_LEASE = """
+local held = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not held or tonumber(held) <= tonumber(ARGV[2]) then return 0 end
+redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
+return 1
+"""
+"""KEYS: the credential's leases. ARGV: the holder, now, the lease's new end (us)."""
+
 
 class RedisStore:
     """A `PoolStore` in Redis."""
@@ -104,6 +123,8 @@ class RedisStore:
         self._keep_newer = client.register_script(_KEEP_NEWER)
         self._take_retry = client.register_script(_TAKE_RETRY)
         self._claim_retry = client.register_script(_CLAIM_RETRY)
+        self._acquire_lease = client.register_script(_ACQUIRE_LEASE)
+        self._renew_lease = client.register_script(_RENEW_LEASE)
 
     @classmethod
     async def open(cls, url: str) -> RedisStore:
@@ -212,6 +233,26 @@ class RedisStore:
         args: list[str | int] = [turn_ref, retry_id, to_micros(at), to_micros(until)]
         claimed = await self._call(self._claim_retry(keys=[RETRIES, CLAIMS], args=args))
         return bool(claimed)
+
+    async def acquire_lease(
+        self, credential_id: str, holder: str, *, ceiling: int, at: datetime, until: datetime
+    ) -> bool:
+        """Count the live leases and take one (atomic, on the server)."""
+        args: list[str | int] = [holder, to_micros(at), to_micros(until), ceiling]
+        taken = await self._call(self._acquire_lease(keys=[LEASES + credential_id], args=args))
+        return bool(taken)
+
+    async def renew_lease(
+        self, credential_id: str, holder: str, *, at: datetime, until: datetime
+    ) -> bool:
+        """Extend the lease if it has not ended (atomic, on the server)."""
+        args: list[str | int] = [holder, to_micros(at), to_micros(until)]
+        renewed = await self._call(self._renew_lease(keys=[LEASES + credential_id], args=args))
+        return bool(renewed)
+
+    async def release_lease(self, credential_id: str, holder: str) -> None:
+        """Remove the holder from the credential's leases."""
+        await self._call(self._redis.zrem(LEASES + credential_id, holder))
 
     async def take_retry(self, turn_ref: str, retry_id: str) -> bool:
         """Delete the turn's retry if it is still `retry_id`; True for the taker."""

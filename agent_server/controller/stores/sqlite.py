@@ -59,6 +59,8 @@ CREATE TABLE IF NOT EXISTS readings (
 CREATE TABLE IF NOT EXISTS gateway_cooldowns (agent TEXT PRIMARY KEY, until_us INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS turn_retries (turn_ref TEXT PRIMARY KEY, retry_id TEXT NOT NULL,
     body TEXT NOT NULL, claimed_us INTEGER);
+CREATE TABLE IF NOT EXISTS leases (credential_id TEXT NOT NULL, holder TEXT NOT NULL,
+    until_us INTEGER NOT NULL, PRIMARY KEY (credential_id, holder));
 """
 # The one-a-agent `retries` table of earlier versions is left as it is and not read.
 
@@ -229,6 +231,54 @@ class SqliteStore:
             return cursor.rowcount == 1
 
         return await self._run(take)
+
+    async def acquire_lease(
+        self, credential_id: str, holder: str, *, ceiling: int, at: datetime, until: datetime
+    ) -> bool:
+        """Count the live leases and take one in one BEGIN IMMEDIATE transaction."""
+        now_us, until_us = to_micros(at), to_micros(until)
+
+        def acquire(db: sqlite3.Connection) -> bool:
+            with _transaction(db, immediate=True):
+                db.execute(
+                    "DELETE FROM leases WHERE credential_id = ? AND until_us <= ?",
+                    (credential_id, now_us),
+                )
+                held = db.execute(
+                    "SELECT holder FROM leases WHERE credential_id = ?", (credential_id,)
+                ).fetchall()
+                if holder not in {row[0] for row in held} and len(held) >= ceiling:
+                    return False
+                db.execute(
+                    "INSERT OR REPLACE INTO leases (credential_id, holder, until_us) "
+                    "VALUES (?, ?, ?)",
+                    (credential_id, holder, until_us),
+                )
+            return True
+
+        return await self._run(acquire)
+
+    async def renew_lease(
+        self, credential_id: str, holder: str, *, at: datetime, until: datetime
+    ) -> bool:
+        """Extend the lease if it has not ended."""
+
+        def renew(db: sqlite3.Connection) -> bool:
+            with _transaction(db, immediate=True):
+                cursor = db.execute(
+                    "UPDATE leases SET until_us = ? WHERE credential_id = ? AND holder = ? "
+                    "AND until_us > ?",
+                    (to_micros(until), credential_id, holder, to_micros(at)),
+                )
+            return cursor.rowcount == 1
+
+        return await self._run(renew)
+
+    async def release_lease(self, credential_id: str, holder: str) -> None:
+        """Delete the holder's lease."""
+        await self._write(
+            "DELETE FROM leases WHERE credential_id = ? AND holder = ?", (credential_id, holder)
+        )
 
     async def clear_failures(self, credential_id: str) -> None:
         """Forget the credential's failures."""

@@ -194,6 +194,47 @@ async def test_a_retry_is_claimed_once_until_its_lease_ends(store_url: str) -> N
             await opened.close()
 
 
+async def test_of_racing_holders_exactly_the_ceiling_take_a_lease(store_url: str) -> None:
+    """Ten connections race for a credential with a ceiling of three: exactly three hold
+    it; a release frees one slot; another credential is counted apart."""
+    store = await open_store(store_url)
+    holders = [await open_store(store_url) for _ in range(10)]
+    until = T0 + timedelta(minutes=5)
+    try:
+        taken = await asyncio.wait_for(
+            asyncio.gather(
+                *(
+                    h.acquire_lease("sub-a", f"turn-{n}", ceiling=3, at=T0, until=until)
+                    for n, h in enumerate(holders)
+                )
+            ),
+            timeout=20,
+        )
+        assert taken.count(True) == 3
+        assert not await store.acquire_lease("sub-a", "late", ceiling=3, at=T0, until=until)
+        assert await store.acquire_lease("sub-b", "late", ceiling=3, at=T0, until=until)
+        winner = f"turn-{taken.index(True)}"
+        assert await store.acquire_lease("sub-a", winner, ceiling=3, at=T0, until=until)
+        await store.release_lease("sub-a", winner)
+        await store.release_lease("sub-a", winner)
+        assert await store.acquire_lease("sub-a", "late", ceiling=3, at=T0, until=until)
+    finally:
+        for opened in [store, *holders]:
+            await opened.close()
+
+
+async def test_a_lease_whose_holder_died_ends_at_its_expiry(store: PoolStore) -> None:
+    """A lease not renewed stops counting at its expiry; a renewed one keeps counting."""
+    end = T0 + timedelta(minutes=5)
+    assert await store.acquire_lease("sub-a", "dead", ceiling=2, at=T0, until=end)
+    assert await store.acquire_lease("sub-a", "alive", ceiling=2, at=T0, until=end)
+    assert await store.renew_lease("sub-a", "alive", at=T0, until=end + timedelta(minutes=5))
+    assert not await store.acquire_lease("sub-a", "new", ceiling=2, at=T0, until=end)
+    assert await store.acquire_lease("sub-a", "new", ceiling=2, at=end, until=end + timedelta(1))
+    assert not await store.acquire_lease("sub-a", "third", ceiling=2, at=end, until=end)
+    assert not await store.renew_lease("sub-a", "dead", at=end, until=end + timedelta(1))
+
+
 async def test_clearing_a_credential_forgets_every_failure(store: PoolStore) -> None:
     """A rotated token: its failures go, another credential's stay."""
     await store.record(failure=Failure("sub-a", "auth", T0))
