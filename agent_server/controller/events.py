@@ -42,6 +42,8 @@ class WalkPhase(StrEnum):
     """An operator forgot a credential's failures (a rotated token)."""
     UNATTRIBUTED = "unattributed"
     """The server ran a credential the pool does not know: nothing was blamed."""
+    AT_CEILING = "at_ceiling"
+    """A credential had its ceiling of turns in flight: the walk passed it over."""
 
 
 @dataclass(frozen=True)
