@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Protocol
 
@@ -101,6 +101,10 @@ class PoolStore(Protocol):
 
     async def release_lease(self, credential_id: str, holder: str) -> None:
         """End the holder's lease on the credential (none held: nothing changes)."""
+
+    async def claim_probe(self, credential_id: str, *, at: datetime, spacing: timedelta) -> bool:
+        """Record a probe of the credential at `at` unless one was recorded less than
+        `spacing` before: True for the prober (atomic across controllers)."""
 
     async def clear_failures(self, credential_id: str) -> None:
         """Forget every failure of a credential (its token was rotated)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import redis.asyncio as redis
@@ -53,6 +53,7 @@ CREDENTIALS, ASSIGNMENTS, FAILURES, READINGS, COOLDOWNS, RETRIES, CLAIMS = (
         "claims",
     )
 )
+PROBES = PREFIX + "probes"
 LEASES = PREFIX + "leases:"
 """Followed by a credential id: that credential's leases."""
 _FIELD_SEPARATOR = "\t"
@@ -113,6 +114,14 @@ return 1
 """
 """KEYS: the credential's leases. ARGV: the holder, now, the lease's new end (us)."""
 
+_CLAIM_PROBE = """
+local last = redis.call('HGET', KEYS[1], ARGV[1])
+if last and tonumber(last) > tonumber(ARGV[2]) - tonumber(ARGV[3]) then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+return 1
+"""
+"""KEYS: the probes hash. ARGV: the credential, now, the spacing (us)."""
+
 
 class RedisStore:
     """A `PoolStore` in Redis."""
@@ -125,6 +134,7 @@ class RedisStore:
         self._claim_retry = client.register_script(_CLAIM_RETRY)
         self._acquire_lease = client.register_script(_ACQUIRE_LEASE)
         self._renew_lease = client.register_script(_RENEW_LEASE)
+        self._claim_probe = client.register_script(_CLAIM_PROBE)
 
     @classmethod
     async def open(cls, url: str) -> RedisStore:
@@ -249,6 +259,12 @@ class RedisStore:
         args: list[str | int] = [holder, to_micros(at), to_micros(until)]
         renewed = await self._call(self._renew_lease(keys=[LEASES + credential_id], args=args))
         return bool(renewed)
+
+    async def claim_probe(self, credential_id: str, *, at: datetime, spacing: timedelta) -> bool:
+        """Read the last probe and record this one (atomic, on the server)."""
+        spacing_us = int(spacing.total_seconds() * 1_000_000)
+        args: list[str | int] = [credential_id, to_micros(at), spacing_us]
+        return bool(await self._call(self._claim_probe(keys=[PROBES], args=args)))
 
     async def release_lease(self, credential_id: str, holder: str) -> None:
         """Remove the holder from the credential's leases."""

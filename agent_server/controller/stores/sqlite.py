@@ -17,7 +17,7 @@ import os
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -61,6 +61,7 @@ CREATE TABLE IF NOT EXISTS turn_retries (turn_ref TEXT PRIMARY KEY, retry_id TEX
     body TEXT NOT NULL, claimed_us INTEGER);
 CREATE TABLE IF NOT EXISTS leases (credential_id TEXT NOT NULL, holder TEXT NOT NULL,
     until_us INTEGER NOT NULL, PRIMARY KEY (credential_id, holder));
+CREATE TABLE IF NOT EXISTS probes (credential_id TEXT PRIMARY KEY, at_us INTEGER NOT NULL);
 """
 # The one-a-agent `retries` table of earlier versions is left as it is and not read.
 
@@ -279,6 +280,25 @@ class SqliteStore:
         await self._write(
             "DELETE FROM leases WHERE credential_id = ? AND holder = ?", (credential_id, holder)
         )
+
+    async def claim_probe(self, credential_id: str, *, at: datetime, spacing: timedelta) -> bool:
+        """Read the last probe and record this one in one BEGIN IMMEDIATE transaction."""
+        at_us, spacing_us = to_micros(at), int(spacing.total_seconds() * 1_000_000)
+
+        def claim(db: sqlite3.Connection) -> bool:
+            with _transaction(db, immediate=True):
+                row = db.execute(
+                    "SELECT at_us FROM probes WHERE credential_id = ?", (credential_id,)
+                ).fetchone()
+                if row is not None and row[0] > at_us - spacing_us:
+                    return False
+                db.execute(
+                    "INSERT OR REPLACE INTO probes (credential_id, at_us) VALUES (?, ?)",
+                    (credential_id, at_us),
+                )
+            return True
+
+        return await self._run(claim)
 
     async def clear_failures(self, credential_id: str) -> None:
         """Forget the credential's failures."""

@@ -235,6 +235,26 @@ async def test_a_lease_whose_holder_died_ends_at_its_expiry(store: PoolStore) ->
     assert not await store.renew_lease("sub-a", "dead", at=end, until=end + timedelta(1))
 
 
+async def test_probes_of_one_credential_are_spaced(store_url: str) -> None:
+    """Of eight racing probers one probes; the next probe waits out the spacing; another
+    credential is spaced apart."""
+    store = await open_store(store_url)
+    probers = [await open_store(store_url) for _ in range(8)]
+    minute = timedelta(minutes=1)
+    try:
+        claims = await asyncio.wait_for(
+            asyncio.gather(*(p.claim_probe("sub-a", at=T0, spacing=minute) for p in probers)),
+            timeout=20,
+        )
+        assert claims.count(True) == 1
+        assert not await store.claim_probe("sub-a", at=T0 + minute / 2, spacing=minute)
+        assert await store.claim_probe("sub-b", at=T0, spacing=minute)
+        assert await store.claim_probe("sub-a", at=T0 + minute, spacing=minute)
+    finally:
+        for opened in [store, *probers]:
+            await opened.close()
+
+
 async def test_clearing_a_credential_forgets_every_failure(store: PoolStore) -> None:
     """A rotated token: its failures go, another credential's stay."""
     await store.record(failure=Failure("sub-a", "auth", T0))
