@@ -44,6 +44,8 @@ class WalkPhase(StrEnum):
     """The server ran a credential the pool does not know: nothing was blamed."""
     AT_CEILING = "at_ceiling"
     """A credential had its ceiling of turns in flight: the walk passed it over."""
+    PROBE_SPACED = "probe_spaced"
+    """A failed credential was probed too recently: the walk passed it over."""
 
 
 @dataclass(frozen=True)

@@ -189,6 +189,8 @@ class Walk:
         leased is passed over like a busy rung (the next one, never a wait); the lease is
         held for the attempt and released at its end."""
         self.tried.add(rung.credential_id)
+        if not await self._probe_allowed(rung):
+            return None
         ceiling = self.pool.ceiling(rung.credential_id)
         if ceiling is None:
             return await self._attempt_leased(rung, timeout_s)
@@ -210,6 +212,21 @@ class Walk:
             return await self._attempt_leased(rung, timeout_s)
         finally:
             await self._release(rung.credential_id, holder)
+
+    async def _probe_allowed(self, rung: Rung) -> bool:
+        """A last resort (a credential that failed) is a probe of whether it recovered:
+        one a credential per `probe_spacing_seconds` across controllers. A probe spaced
+        out is passed over, not blamed (a `probe_spaced` event)."""
+        if rung.reason != "last_resort":
+            return True
+        spacing = timedelta(seconds=self.pool.probe_spacing_seconds)
+        if await self.store.claim_probe(rung.credential_id, at=self.clock(), spacing=spacing):
+            return True
+        note = f"probed less than {self.pool.probe_spacing_seconds:g} s ago"
+        self.announce(
+            WalkPhase.PROBE_SPACED, self.turn.agent, credential_id=rung.credential_id, note=note
+        )
+        return False
 
     async def _release(self, credential_id: str, holder: str) -> None:
         # The turn's outcome stands when the store fails here: the lease ends at its expiry.

@@ -17,6 +17,7 @@ from pydantic import SecretStr
 
 from agent_server.controller import (
     Assignment,
+    Failure,
     PoolCredential,
     PoolStore,
     UnknownAgent,
@@ -443,3 +444,25 @@ async def test_every_credential_at_its_ceiling_waits_for_capacity(store: PoolSto
     assert result.outcome == "waiting_for_capacity"
     assert server.ran() == []
     assert result.retry is not None
+
+
+async def test_a_failed_credential_probed_too_recently_is_passed_over(store: PoolStore) -> None:
+    """a and b refused minutes ago: an interactive turn may probe them as last resorts,
+    but a was probed just now elsewhere, so only b is sent the turn (a is not blamed)."""
+    pool = build_pool(_capped("a", "b"))
+    await _assign(store, "agent-1", "a")
+    for ident, age in (("a", 2), ("b", 1)):  # the oldest failure is the first last resort
+        failed = Failure(ident, "auth", NOW - timedelta(minutes=age), None, None)
+        await store.record(failure=failed)
+    assert await store.claim_probe("a", at=NOW, spacing=timedelta(seconds=1))
+    server = MockAgent({})
+    events: list[WalkEvent] = []
+    walker = Walker(
+        {"agent-1": server.client()}, store, pool, clock=lambda: NOW, hook=events.append
+    )
+    result = await walker.walk(WalkTurn("agent-1", "hi", interactive=True))
+    assert (result.outcome, result.served_by) == ("served", "b")
+    assert server.ran() == [B]
+    spaced = [e.credential_id for e in events if e.phase == WalkPhase.PROBE_SPACED]
+    assert spaced == ["a"]
+    assert not await store.claim_probe("b", at=NOW, spacing=timedelta(seconds=1))
