@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -221,6 +224,47 @@ async def test_of_racing_holders_exactly_the_ceiling_take_a_lease(store_url: str
     finally:
         for opened in [store, *holders]:
             await opened.close()
+
+
+_LEASE_TAKER = """
+import asyncio, sys
+from datetime import datetime, timedelta
+from agent_server.controller.stores.base import open_store
+
+async def main() -> None:
+    store = await open_store(sys.argv[1])
+    at = datetime.fromisoformat(sys.argv[3])
+    taken = await store.acquire_lease(
+        "sub-a", sys.argv[2], ceiling=2, at=at, until=at + timedelta(minutes=5)
+    )
+    await store.close()
+    print(taken)
+
+asyncio.run(main())
+"""
+
+
+def test_of_racing_processes_exactly_the_ceiling_take_a_lease(store_url: str) -> None:
+    """Six controller processes race for a credential with a ceiling of two: two win."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[4])}
+    racers = [
+        subprocess.Popen(
+            [sys.executable, "-c", _LEASE_TAKER, store_url, f"p{n}", T0.isoformat()],
+            stdout=subprocess.PIPE,
+            env=env,
+            text=True,
+        )
+        for n in range(6)
+    ]
+    try:
+        said = [racer.communicate(timeout=60)[0].strip() for racer in racers]
+    finally:
+        for racer in racers:
+            if racer.poll() is None:
+                racer.kill()
+                racer.wait()
+    assert [racer.returncode for racer in racers] == [0] * 6
+    assert sorted(said) == ["False"] * 4 + ["True"] * 2
 
 
 async def test_a_lease_whose_holder_died_ends_at_its_expiry(store: PoolStore) -> None:
