@@ -42,6 +42,10 @@ class WalkPhase(StrEnum):
     """An operator forgot a credential's failures (a rotated token)."""
     UNATTRIBUTED = "unattributed"
     """The server ran a credential the pool does not know: nothing was blamed."""
+    AT_CEILING = "at_ceiling"
+    """A credential had its ceiling of turns in flight: the walk passed it over."""
+    PROBE_SPACED = "probe_spaced"
+    """A failed credential was probed too recently: the walk passed it over."""
 
 
 @dataclass(frozen=True)

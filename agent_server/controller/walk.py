@@ -18,6 +18,7 @@ turn waits for capacity: its retry, persisted, due when a credential is next off
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -29,6 +30,7 @@ from agent_server.controller.errors import (
     AgentError,
     CredentialRefused,
     ProtocolError,
+    StoreError,
     TurnFailed,
 )
 from agent_server.controller.events import Announcer, WalkPhase
@@ -183,8 +185,56 @@ class Walk:
         return reply
 
     async def _attempt(self, rung: Rung, timeout_s: float) -> WalkResult | None:
-        """Try one rung; the walk's result when it ends here, None to go on."""
+        """Try one rung under its credential's ceiling: a credential whose every slot is
+        leased is passed over like a busy rung (the next one, never a wait); the lease is
+        held for the attempt and released at its end."""
         self.tried.add(rung.credential_id)
+        if not await self._probe_allowed(rung):
+            return None
+        ceiling = self.pool.ceiling(rung.credential_id)
+        if ceiling is None:
+            return await self._attempt_leased(rung, timeout_s)
+        holder = f"{self.execution_id}:{uuid.uuid4().hex[:8]}"
+        now = self.clock()
+        # The attempt cannot outlast its timeout, so the lease needs no renewal; a holder
+        # that dies leaves it to end at this expiry.
+        until = now + timedelta(seconds=timeout_s + SETTLE_S)
+        taken = await self.store.acquire_lease(
+            rung.credential_id, holder, ceiling=ceiling, at=now, until=until
+        )
+        if not taken:
+            note = f"at ceiling ({ceiling} turns in flight)"
+            self.announce(
+                WalkPhase.AT_CEILING, self.turn.agent, credential_id=rung.credential_id, note=note
+            )
+            return None
+        try:
+            return await self._attempt_leased(rung, timeout_s)
+        finally:
+            await self._release(rung.credential_id, holder)
+
+    async def _probe_allowed(self, rung: Rung) -> bool:
+        """A last resort (a credential that failed) is a probe of whether it recovered:
+        one a credential per `probe_spacing_seconds` across controllers. A probe spaced
+        out is passed over, not blamed (a `probe_spaced` event)."""
+        if rung.reason != "last_resort":
+            return True
+        spacing = timedelta(seconds=self.pool.probe_spacing_seconds)
+        if await self.store.claim_probe(rung.credential_id, at=self.clock(), spacing=spacing):
+            return True
+        note = f"probed less than {self.pool.probe_spacing_seconds:g} s ago"
+        self.announce(
+            WalkPhase.PROBE_SPACED, self.turn.agent, credential_id=rung.credential_id, note=note
+        )
+        return False
+
+    async def _release(self, credential_id: str, holder: str) -> None:
+        # The turn's outcome stands when the store fails here: the lease ends at its expiry.
+        with contextlib.suppress(StoreError):
+            await self.store.release_lease(credential_id, holder)
+
+    async def _attempt_leased(self, rung: Rung, timeout_s: float) -> WalkResult | None:
+        """Send the turn on one rung; the walk's result when it ends here, None to go on."""
         try:
             reply = await self._send(rung, timeout_s)
         except CredentialRefused as refused:

@@ -11,6 +11,11 @@
     base_url = "https://gateway.example/anthropic"
     model = "claude-sonnet-4-5"    # optional
     secret_file = "/run/secrets/gateway"
+    max_concurrent_turns = 4       # optional: this credential's ceiling across the fleet
+
+    [limits]                       # optional
+    max_concurrent_turns = 1       # every other credential's ceiling (none: no ceiling)
+    probe_spacing_seconds = 60     # at least this long between probes of one credential
 
     [agent.ci-bot]
     api_key = false                # this agent never falls back to the platform key
@@ -42,8 +47,13 @@ from agent_server.wire.values import check_url, secret_problem
 
 CREDENTIAL_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 AGENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
-_CREDENTIAL_KEYS = frozenset({"id", "kind", "secret_env", "secret_file", "base_url", "model"})
+_CREDENTIAL_KEYS = frozenset(
+    {"id", "kind", "secret_env", "secret_file", "base_url", "model", "max_concurrent_turns"}
+)
 _AGENT_KEYS = frozenset({"api_key"})
+_LIMIT_KEYS = frozenset({"max_concurrent_turns", "probe_spacing_seconds"})
+DEFAULT_PROBE_SPACING_SECONDS = 60
+"""Probes of one credential at most once a minute unless the pool file says otherwise."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +65,8 @@ class PoolCredential:
     secret: SecretStr = field(repr=False)
     base_url: str | None = None
     model: str | None = None
+    max_concurrent_turns: int | None = None
+    """This credential's ceiling of turns in flight across the fleet (None: the pool's)."""
 
     @property
     def info(self) -> CredentialInfo:
@@ -80,10 +92,20 @@ class Pool:
     credentials: tuple[PoolCredential, ...]
     api_key_opt_outs: frozenset[str] = frozenset()
     """Agents that never fall back to the platform API key."""
+    max_concurrent_turns: int | None = None
+    """The ceiling of a credential that names none (None: no ceiling)."""
+    probe_spacing_seconds: float = DEFAULT_PROBE_SPACING_SECONDS
+    """The least time between two probes of one credential."""
     _by_id: dict[str, PoolCredential] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_by_id", {c.id: c for c in self.credentials})
+
+    def ceiling(self, credential_id: str) -> int | None:
+        """The credential's ceiling of concurrent turns: its own, else the pool's."""
+        found = self._by_id.get(credential_id)
+        own = found.max_concurrent_turns if found is not None else None
+        return own if own is not None else self.max_concurrent_turns
 
     def get(self, credential_id: str) -> PoolCredential | None:
         """The credential with this id, if the pool has it."""
@@ -131,16 +153,41 @@ def load_pool(path: Path, environ: Mapping[str, str] | None = None) -> Pool:
 
 def parse_pool(document: Mapping[str, Any], environ: Mapping[str, str], base: Path) -> Pool:
     """A pool from a parsed document; relative `secret_file` paths are read under `base`."""
-    unknown = set(document) - {"credential", "agent"}
+    unknown = set(document) - {"credential", "agent", "limits"}
     if unknown:
-        msg = f"pool file: unknown tables {sorted(unknown)} (credential, agent)"
+        msg = f"pool file: unknown tables {sorted(unknown)} (credential, agent, limits)"
         raise PoolFileError(msg)
     entries = document.get("credential")
     if not isinstance(entries, list) or not entries:
         msg = "pool file: no [[credential]] entries"
         raise PoolFileError(msg)
     credentials = tuple(_credential(n, e, environ, base) for n, e in enumerate(entries, 1))
-    return _checked(credentials, _opt_outs(document.get("agent", {})), "pool file")
+    pool = _checked(credentials, _opt_outs(document.get("agent", {})), "pool file")
+    return _with_limits(pool, document.get("limits", {}))
+
+
+def _with_limits(pool: Pool, limits: object) -> Pool:
+    """The pool with the `[limits]` table's ceiling and probe spacing."""
+    if not isinstance(limits, dict) or set(limits) - _LIMIT_KEYS:
+        msg = f"pool file: [limits] takes only {', '.join(sorted(_LIMIT_KEYS))}"
+        raise PoolFileError(msg)
+    ceiling = _ceiling("pool file: [limits]", limits.get("max_concurrent_turns"))
+    spacing = limits.get("probe_spacing_seconds", DEFAULT_PROBE_SPACING_SECONDS)
+    # `not >= 0` refuses NaN too
+    if isinstance(spacing, bool) or not isinstance(spacing, int | float) or not spacing >= 0:
+        msg = "pool file: [limits] probe_spacing_seconds must be a number of seconds, 0 or more"
+        raise PoolFileError(msg)
+    return Pool(pool.credentials, pool.api_key_opt_outs, ceiling, float(spacing))
+
+
+def _ceiling(where: str, value: object) -> int | None:
+    """A ceiling of concurrent turns: absent, or a whole number of at least 1."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        msg = f"{where}: max_concurrent_turns must be a whole number of at least 1"
+        raise PoolFileError(msg)
+    return value
 
 
 def build_pool(
@@ -156,6 +203,7 @@ def build_pool(
             msg = f"pool: credential id must match {CREDENTIAL_ID.pattern}"
             raise PoolFileError(msg)
         _check_entry(where, credential.kind, credential.base_url, credential.model)
+        _ceiling(where, credential.max_concurrent_turns)
         if not isinstance(credential.secret, SecretStr):
             msg = f"{where}: the secret must be a SecretStr"
             raise PoolFileError(msg)
@@ -212,7 +260,8 @@ def _credential(
     base_url, model = entry.get("base_url"), entry.get("model")
     checked = _check_entry(where, kind, base_url, model)
     secret = _secret(where, entry, environ, base)
-    return PoolCredential(ident, checked, secret, base_url, model)
+    ceiling = _ceiling(where, entry.get("max_concurrent_turns"))
+    return PoolCredential(ident, checked, secret, base_url, model, ceiling)
 
 
 def _check_entry(where: str, kind: object, base_url: object, model: object) -> CredentialKind:

@@ -11,7 +11,11 @@ A store keeps, and a walk reads in one snapshot:
 - each agent's gateway cooldown (the switch-back's due time);
 - every waiting turn's retry, keyed by turn: claimed atomically before it runs (so two
   controllers never both run it), and removed once it ran; a claim carries a lease,
-  after which a controller that died holding it is taken to have died.
+  after which a controller that died holding it is taken to have died;
+- leases: each credential's turns in flight across the fleet, one a holder with an
+  expiry, taken only under the credential's ceiling (so of N racing holders exactly
+  the ceiling's worth win), renewed while a turn runs, released at its end; a lease
+  whose holder died ends at its expiry.
 
 Two implementations pass one test suite: SQLite (`sqlite:///PATH`, the embedded
 default) and Redis (`redis://HOST:PORT/DB`, for several workers or hosts).
@@ -21,7 +25,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Protocol
 
@@ -82,6 +86,25 @@ class PoolStore(Protocol):
     async def take_retry(self, turn_ref: str, retry_id: str) -> bool:
         """Remove the turn's retry (and its claim) if it is still `retry_id`; True for the
         one taker."""
+
+    async def acquire_lease(
+        self, credential_id: str, holder: str, *, ceiling: int, at: datetime, until: datetime
+    ) -> bool:
+        """Take a lease on the credential for `holder` until `until` if fewer than `ceiling`
+        leases are held at `at` (ended ones do not count): True when taken. A holder that
+        already holds one has it extended instead (True)."""
+
+    async def renew_lease(
+        self, credential_id: str, holder: str, *, at: datetime, until: datetime
+    ) -> bool:
+        """Extend the holder's lease to `until` if it still holds one at `at`: True if so."""
+
+    async def release_lease(self, credential_id: str, holder: str) -> None:
+        """End the holder's lease on the credential (none held: nothing changes)."""
+
+    async def claim_probe(self, credential_id: str, *, at: datetime, spacing: timedelta) -> bool:
+        """Record a probe of the credential at `at` unless one was recorded less than
+        `spacing` before: True for the prober (atomic across controllers)."""
 
     async def clear_failures(self, credential_id: str) -> None:
         """Forget every failure of a credential (its token was rotated)."""

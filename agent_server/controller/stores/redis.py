@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import redis.asyncio as redis
@@ -53,6 +53,9 @@ CREDENTIALS, ASSIGNMENTS, FAILURES, READINGS, COOLDOWNS, RETRIES, CLAIMS = (
         "claims",
     )
 )
+PROBES = PREFIX + "probes"
+LEASES = PREFIX + "leases:"
+"""Followed by a credential id: that credential's leases."""
 _FIELD_SEPARATOR = "\t"
 
 _COMPARE_AND_SET = """
@@ -94,6 +97,31 @@ return 1
 """KEYS: retries, claims. ARGV: the turn, the retry id, now and the lease's end (us).
 Instants below 2^53 us compare exactly as Lua numbers; they are kept as text."""
 
+_ACQUIRE_LEASE = """
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[2])
+if not redis.call('ZSCORE', KEYS[1], ARGV[1])
+    and redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[4]) then return 0 end
+redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
+return 1
+"""
+"""KEYS: the credential's leases (a sorted set of holders scored by expiry, us). ARGV: the
+holder, now, the lease's end, the ceiling. Ended leases are dropped before the count."""
+_RENEW_LEASE = """
+local held = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not held or tonumber(held) <= tonumber(ARGV[2]) then return 0 end
+redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
+return 1
+"""
+"""KEYS: the credential's leases. ARGV: the holder, now, the lease's new end (us)."""
+
+_CLAIM_PROBE = """
+local last = redis.call('HGET', KEYS[1], ARGV[1])
+if last and tonumber(last) > tonumber(ARGV[2]) - tonumber(ARGV[3]) then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+return 1
+"""
+"""KEYS: the probes hash. ARGV: the credential, now, the spacing (us)."""
+
 
 class RedisStore:
     """A `PoolStore` in Redis."""
@@ -104,6 +132,9 @@ class RedisStore:
         self._keep_newer = client.register_script(_KEEP_NEWER)
         self._take_retry = client.register_script(_TAKE_RETRY)
         self._claim_retry = client.register_script(_CLAIM_RETRY)
+        self._acquire_lease = client.register_script(_ACQUIRE_LEASE)
+        self._renew_lease = client.register_script(_RENEW_LEASE)
+        self._claim_probe = client.register_script(_CLAIM_PROBE)
 
     @classmethod
     async def open(cls, url: str) -> RedisStore:
@@ -212,6 +243,32 @@ class RedisStore:
         args: list[str | int] = [turn_ref, retry_id, to_micros(at), to_micros(until)]
         claimed = await self._call(self._claim_retry(keys=[RETRIES, CLAIMS], args=args))
         return bool(claimed)
+
+    async def acquire_lease(
+        self, credential_id: str, holder: str, *, ceiling: int, at: datetime, until: datetime
+    ) -> bool:
+        """Count the live leases and take one (atomic, on the server)."""
+        args: list[str | int] = [holder, to_micros(at), to_micros(until), ceiling]
+        taken = await self._call(self._acquire_lease(keys=[LEASES + credential_id], args=args))
+        return bool(taken)
+
+    async def renew_lease(
+        self, credential_id: str, holder: str, *, at: datetime, until: datetime
+    ) -> bool:
+        """Extend the lease if it has not ended (atomic, on the server)."""
+        args: list[str | int] = [holder, to_micros(at), to_micros(until)]
+        renewed = await self._call(self._renew_lease(keys=[LEASES + credential_id], args=args))
+        return bool(renewed)
+
+    async def claim_probe(self, credential_id: str, *, at: datetime, spacing: timedelta) -> bool:
+        """Read the last probe and record this one (atomic, on the server)."""
+        spacing_us = int(spacing.total_seconds() * 1_000_000)
+        args: list[str | int] = [credential_id, to_micros(at), spacing_us]
+        return bool(await self._call(self._claim_probe(keys=[PROBES], args=args)))
+
+    async def release_lease(self, credential_id: str, holder: str) -> None:
+        """Remove the holder from the credential's leases."""
+        await self._call(self._redis.zrem(LEASES + credential_id, holder))
 
     async def take_retry(self, turn_ref: str, retry_id: str) -> bool:
         """Delete the turn's retry if it is still `retry_id`; True for the taker."""

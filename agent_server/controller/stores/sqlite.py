@@ -17,7 +17,7 @@ import os
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -59,6 +59,9 @@ CREATE TABLE IF NOT EXISTS readings (
 CREATE TABLE IF NOT EXISTS gateway_cooldowns (agent TEXT PRIMARY KEY, until_us INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS turn_retries (turn_ref TEXT PRIMARY KEY, retry_id TEXT NOT NULL,
     body TEXT NOT NULL, claimed_us INTEGER);
+CREATE TABLE IF NOT EXISTS leases (credential_id TEXT NOT NULL, holder TEXT NOT NULL,
+    until_us INTEGER NOT NULL, PRIMARY KEY (credential_id, holder));
+CREATE TABLE IF NOT EXISTS probes (credential_id TEXT PRIMARY KEY, at_us INTEGER NOT NULL);
 """
 # The one-a-agent `retries` table of earlier versions is left as it is and not read.
 
@@ -229,6 +232,73 @@ class SqliteStore:
             return cursor.rowcount == 1
 
         return await self._run(take)
+
+    async def acquire_lease(
+        self, credential_id: str, holder: str, *, ceiling: int, at: datetime, until: datetime
+    ) -> bool:
+        """Count the live leases and take one in one BEGIN IMMEDIATE transaction."""
+        now_us, until_us = to_micros(at), to_micros(until)
+
+        def acquire(db: sqlite3.Connection) -> bool:
+            with _transaction(db, immediate=True):
+                db.execute(
+                    "DELETE FROM leases WHERE credential_id = ? AND until_us <= ?",
+                    (credential_id, now_us),
+                )
+                held = db.execute(
+                    "SELECT holder FROM leases WHERE credential_id = ?", (credential_id,)
+                ).fetchall()
+                if holder not in {row[0] for row in held} and len(held) >= ceiling:
+                    return False
+                db.execute(
+                    "INSERT OR REPLACE INTO leases (credential_id, holder, until_us) "
+                    "VALUES (?, ?, ?)",
+                    (credential_id, holder, until_us),
+                )
+            return True
+
+        return await self._run(acquire)
+
+    async def renew_lease(
+        self, credential_id: str, holder: str, *, at: datetime, until: datetime
+    ) -> bool:
+        """Extend the lease if it has not ended."""
+
+        def renew(db: sqlite3.Connection) -> bool:
+            with _transaction(db, immediate=True):
+                cursor = db.execute(
+                    "UPDATE leases SET until_us = ? WHERE credential_id = ? AND holder = ? "
+                    "AND until_us > ?",
+                    (to_micros(until), credential_id, holder, to_micros(at)),
+                )
+            return cursor.rowcount == 1
+
+        return await self._run(renew)
+
+    async def release_lease(self, credential_id: str, holder: str) -> None:
+        """Delete the holder's lease."""
+        await self._write(
+            "DELETE FROM leases WHERE credential_id = ? AND holder = ?", (credential_id, holder)
+        )
+
+    async def claim_probe(self, credential_id: str, *, at: datetime, spacing: timedelta) -> bool:
+        """Read the last probe and record this one in one BEGIN IMMEDIATE transaction."""
+        at_us, spacing_us = to_micros(at), int(spacing.total_seconds() * 1_000_000)
+
+        def claim(db: sqlite3.Connection) -> bool:
+            with _transaction(db, immediate=True):
+                row = db.execute(
+                    "SELECT at_us FROM probes WHERE credential_id = ?", (credential_id,)
+                ).fetchone()
+                if row is not None and row[0] > at_us - spacing_us:
+                    return False
+                db.execute(
+                    "INSERT OR REPLACE INTO probes (credential_id, at_us) VALUES (?, ?)",
+                    (credential_id, at_us),
+                )
+            return True
+
+        return await self._run(claim)
 
     async def clear_failures(self, credential_id: str) -> None:
         """Forget the credential's failures."""

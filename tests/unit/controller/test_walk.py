@@ -17,6 +17,7 @@ from pydantic import SecretStr
 
 from agent_server.controller import (
     Assignment,
+    Failure,
     PoolCredential,
     PoolStore,
     UnknownAgent,
@@ -398,3 +399,70 @@ async def test_a_rerun_turn_the_server_served_is_read_back_not_run_again(
     fresh = await walker.walk(WalkTurn("agent-1", "hi", execution_id="job-2", rerun=True))
     assert fresh.outcome == "served"
     assert len(server.turns) == 2
+
+
+def _capped(*idents: str) -> list[PoolCredential]:
+    secrets = {"a": A, "b": B, "c": C}
+    return [
+        PoolCredential(i, "subscription", SecretStr(secrets[i]), max_concurrent_turns=1)
+        for i in idents
+    ]
+
+
+async def test_a_credential_at_its_ceiling_is_passed_over_not_waited_for(
+    store: PoolStore,
+) -> None:
+    """a's one slot is leased elsewhere: the turn is never sent to a, b serves, an
+    `at_ceiling` event says why, and b's lease is released when the turn ends."""
+    pool = build_pool(_capped("a", "b"))
+    await _assign(store, "agent-1", "a")
+    later = NOW + timedelta(minutes=10)
+    assert await store.acquire_lease("a", "elsewhere", ceiling=1, at=NOW, until=later)
+    server = MockAgent({})
+    events: list[WalkEvent] = []
+    walker = Walker(
+        {"agent-1": server.client()}, store, pool, clock=lambda: NOW, hook=events.append
+    )
+    result = await walker.walk(WalkTurn("agent-1", "hi"))
+    assert (result.outcome, result.served_by) == ("served", "b")
+    assert server.ran() == [B]
+    skipped = [e for e in events if e.phase == WalkPhase.AT_CEILING]
+    assert [(e.credential_id, e.note) for e in skipped] == [("a", "at ceiling (1 turns in flight)")]
+    assert await store.acquire_lease("b", "next", ceiling=1, at=NOW, until=later)
+
+
+async def test_every_credential_at_its_ceiling_waits_for_capacity(store: PoolStore) -> None:
+    """Every slot is leased: nothing is sent; the turn waits as when nothing can serve."""
+    pool = build_pool(_capped("a", "b"))
+    await _assign(store, "agent-1", "a")
+    for ident in ("a", "b"):
+        until = NOW + timedelta(minutes=10)
+        assert await store.acquire_lease(ident, "elsewhere", ceiling=1, at=NOW, until=until)
+    server = MockAgent({})
+    walker = Walker({"agent-1": server.client()}, store, pool, clock=lambda: NOW)
+    result = await walker.walk(WalkTurn("agent-1", "hi"))
+    assert result.outcome == "waiting_for_capacity"
+    assert server.ran() == []
+    assert result.retry is not None
+
+
+async def test_a_failed_credential_probed_too_recently_is_passed_over(store: PoolStore) -> None:
+    """a and b refused minutes ago: an interactive turn may probe them as last resorts,
+    but a was probed just now elsewhere, so only b is sent the turn (a is not blamed)."""
+    pool = build_pool(_capped("a", "b"))
+    await _assign(store, "agent-1", "a")
+    for ident, age in (("a", 2), ("b", 1)):  # the oldest failure is the first last resort
+        failed = Failure(ident, "auth", NOW - timedelta(minutes=age), None, None)
+        await store.record(failure=failed)
+    assert await store.claim_probe("a", at=NOW, spacing=timedelta(seconds=1))
+    server = MockAgent({})
+    events: list[WalkEvent] = []
+    walker = Walker(
+        {"agent-1": server.client()}, store, pool, clock=lambda: NOW, hook=events.append
+    )
+    result = await walker.walk(WalkTurn("agent-1", "hi", interactive=True))
+    assert (result.outcome, result.served_by) == ("served", "b")
+    assert server.ran() == [B]
+    spaced = [e.credential_id for e in events if e.phase == WalkPhase.PROBE_SPACED]
+    assert spaced == ["a"]
+    assert not await store.claim_probe("b", at=NOW, spacing=timedelta(seconds=1))

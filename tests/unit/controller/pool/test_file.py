@@ -8,7 +8,13 @@ import pytest
 from pydantic import SecretStr
 
 from agent_server.controller.errors import PoolFileError
-from agent_server.controller.pool.file import PoolCredential, build_pool, load_pool
+from agent_server.controller.pool.file import (
+    DEFAULT_PROBE_SPACING_SECONDS,
+    Pool,
+    PoolCredential,
+    build_pool,
+    load_pool,
+)
 
 SUB = '[[credential]]\nid = "sub-a"\nkind = "subscription"\nsecret_env = "SUB_A"\n'
 ENV = {"SUB_A": "tsec-sub-a-0123456789", "GW": "tsec-gateway-0123456789"}
@@ -80,6 +86,17 @@ def test_a_whole_pool_file(tmp_path: Path) -> None:
         pytest.param(
             SUB + "[agent.x]\napi_key = 'no'\n", "api_key = true|false", id="a bad opt-out"
         ),
+        pytest.param(SUB + "max_concurrent_turns = 0\n", "at least 1", id="a ceiling of no turns"),
+        pytest.param(
+            SUB + "max_concurrent_turns = true\n", "at least 1", id="a ceiling that is a bool"
+        ),
+        pytest.param(
+            SUB + "[limits]\nmax_concurrent_turns = 1.5\n", "at least 1", id="a default of 1.5"
+        ),
+        pytest.param(
+            SUB + "[limits]\nprobe_spacing_seconds = -1\n", "0 or more", id="a negative spacing"
+        ),
+        pytest.param(SUB + "[limits]\nburst = 3\n", "takes only", id="an unknown limit"),
         pytest.param("credential = [", "not TOML", id="not TOML"),
         pytest.param("", "no [[credential]]", id="an empty file"),
     ],
@@ -89,6 +106,22 @@ def test_a_pool_file_that_cannot_be_used(tmp_path: Path, text: str, says: str) -
     with pytest.raises(PoolFileError, match=says.replace("[", r"\[").replace("|", r"\|")) as raised:
         _load(tmp_path, text)
     assert "tsec" not in str(raised.value)
+
+
+def test_ceilings_and_probe_spacing(tmp_path: Path) -> None:
+    """A credential's own ceiling stands; the others take [limits]' default; the spacing
+    is read; without [limits] there is no ceiling and a minute's spacing."""
+    other = SUB.replace("sub-a", "sub-b")
+    text = SUB + "max_concurrent_turns = 4\n" + other
+    loose = _load(tmp_path, text)
+    assert isinstance(loose, Pool)
+    assert (loose.ceiling("sub-a"), loose.ceiling("sub-b")) == (4, None)
+    assert loose.probe_spacing_seconds == DEFAULT_PROBE_SPACING_SECONDS
+    limits = "[limits]\nmax_concurrent_turns = 1\nprobe_spacing_seconds = 90\n"
+    strict = _load(tmp_path, text + limits)
+    assert isinstance(strict, Pool)
+    assert (strict.ceiling("sub-a"), strict.ceiling("sub-b")) == (4, 1)
+    assert strict.probe_spacing_seconds == 90
 
 
 def test_a_secret_with_whitespace_inside_is_refused(tmp_path: Path) -> None:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -191,6 +194,108 @@ async def test_a_retry_is_claimed_once_until_its_lease_ends(store_url: str) -> N
         assert (await store.snapshot()).retries["exec-1"].claimed_until is None
     finally:
         for opened in [store, *claimants]:
+            await opened.close()
+
+
+async def test_of_racing_holders_exactly_the_ceiling_take_a_lease(store_url: str) -> None:
+    """Ten connections race for a credential with a ceiling of three: exactly three hold
+    it; a release frees one slot; another credential is counted apart."""
+    store = await open_store(store_url)
+    holders = [await open_store(store_url) for _ in range(10)]
+    until = T0 + timedelta(minutes=5)
+    try:
+        taken = await asyncio.wait_for(
+            asyncio.gather(
+                *(
+                    h.acquire_lease("sub-a", f"turn-{n}", ceiling=3, at=T0, until=until)
+                    for n, h in enumerate(holders)
+                )
+            ),
+            timeout=20,
+        )
+        assert taken.count(True) == 3
+        assert not await store.acquire_lease("sub-a", "late", ceiling=3, at=T0, until=until)
+        assert await store.acquire_lease("sub-b", "late", ceiling=3, at=T0, until=until)
+        winner = f"turn-{taken.index(True)}"
+        assert await store.acquire_lease("sub-a", winner, ceiling=3, at=T0, until=until)
+        await store.release_lease("sub-a", winner)
+        await store.release_lease("sub-a", winner)
+        assert await store.acquire_lease("sub-a", "late", ceiling=3, at=T0, until=until)
+    finally:
+        for opened in [store, *holders]:
+            await opened.close()
+
+
+_LEASE_TAKER = """
+import asyncio, sys
+from datetime import datetime, timedelta
+from agent_server.controller.stores.base import open_store
+
+async def main() -> None:
+    store = await open_store(sys.argv[1])
+    at = datetime.fromisoformat(sys.argv[3])
+    taken = await store.acquire_lease(
+        "sub-a", sys.argv[2], ceiling=2, at=at, until=at + timedelta(minutes=5)
+    )
+    await store.close()
+    print(taken)
+
+asyncio.run(main())
+"""
+
+
+def test_of_racing_processes_exactly_the_ceiling_take_a_lease(store_url: str) -> None:
+    """Six controller processes race for a credential with a ceiling of two: two win."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[4])}
+    racers = [
+        subprocess.Popen(
+            [sys.executable, "-c", _LEASE_TAKER, store_url, f"p{n}", T0.isoformat()],
+            stdout=subprocess.PIPE,
+            env=env,
+            text=True,
+        )
+        for n in range(6)
+    ]
+    try:
+        said = [racer.communicate(timeout=60)[0].strip() for racer in racers]
+    finally:
+        for racer in racers:
+            if racer.poll() is None:
+                racer.kill()
+                racer.wait()
+    assert [racer.returncode for racer in racers] == [0] * 6
+    assert sorted(said) == ["False"] * 4 + ["True"] * 2
+
+
+async def test_a_lease_whose_holder_died_ends_at_its_expiry(store: PoolStore) -> None:
+    """A lease not renewed stops counting at its expiry; a renewed one keeps counting."""
+    end = T0 + timedelta(minutes=5)
+    assert await store.acquire_lease("sub-a", "dead", ceiling=2, at=T0, until=end)
+    assert await store.acquire_lease("sub-a", "alive", ceiling=2, at=T0, until=end)
+    assert await store.renew_lease("sub-a", "alive", at=T0, until=end + timedelta(minutes=5))
+    assert not await store.acquire_lease("sub-a", "new", ceiling=2, at=T0, until=end)
+    assert await store.acquire_lease("sub-a", "new", ceiling=2, at=end, until=end + timedelta(1))
+    assert not await store.acquire_lease("sub-a", "third", ceiling=2, at=end, until=end)
+    assert not await store.renew_lease("sub-a", "dead", at=end, until=end + timedelta(1))
+
+
+async def test_probes_of_one_credential_are_spaced(store_url: str) -> None:
+    """Of eight racing probers one probes; the next probe waits out the spacing; another
+    credential is spaced apart."""
+    store = await open_store(store_url)
+    probers = [await open_store(store_url) for _ in range(8)]
+    minute = timedelta(minutes=1)
+    try:
+        claims = await asyncio.wait_for(
+            asyncio.gather(*(p.claim_probe("sub-a", at=T0, spacing=minute) for p in probers)),
+            timeout=20,
+        )
+        assert claims.count(True) == 1
+        assert not await store.claim_probe("sub-a", at=T0 + minute / 2, spacing=minute)
+        assert await store.claim_probe("sub-b", at=T0, spacing=minute)
+        assert await store.claim_probe("sub-a", at=T0 + minute, spacing=minute)
+    finally:
+        for opened in [store, *probers]:
             await opened.close()
 
 
