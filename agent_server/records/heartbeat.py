@@ -114,10 +114,13 @@ class Heartbeat:
             while True:
                 body = heartbeat_body(self._running(), self._started, self._redact)
                 try:
-                    await client.post(self.url, json=body, headers=headers)
+                    answer = await client.post(self.url, json=body, headers=headers)
+                    outcome = None if answer.is_success else f"HTTP {answer.status_code}"
                 except (httpx.HTTPError, OSError) as exc:
+                    outcome = type(exc).__name__
+                if outcome is not None:
                     self.failures += 1
-                    logger.debug("heartbeat not delivered: %s", type(exc).__name__)
+                    logger.debug("heartbeat not delivered: %s", outcome)
                 await asyncio.sleep(self._interval_s)
 
 
