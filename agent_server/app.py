@@ -31,6 +31,7 @@ from agent_server.openapi import Answer, Endpoint, openapi_document
 from agent_server.outcome.classify import ERROR_CODES, ERROR_STATUSES
 from agent_server.process.group import Containment, use_pidfd_child_watcher
 from agent_server.process.timings import RECORDS_AT_EXIT_S
+from agent_server.records.heartbeat import Heartbeat, RunningTurn, heartbeat_url
 from agent_server.routes import credentials, executions, health, progress
 from agent_server.routes.respond import answer
 from agent_server.services import Services
@@ -204,7 +205,12 @@ def create_app(settings: Settings, services: Services | None = None) -> Starlett
         services.readiness.check_at_boot()
         if services.broker is not None:
             await services.broker.start()
+        heartbeat = _heartbeat(settings, services)
+        if heartbeat is not None:
+            heartbeat.start()
         yield
+        if heartbeat is not None:
+            await heartbeat.stop()
         await services.registry.drain(settings.shutdown_grace_s)
         if services.broker is not None:
             await services.broker.stop()
@@ -286,3 +292,20 @@ def _announce_containment(containment: Containment) -> None:
             "containment: process_group: the kernel refused the child subreaper, so a "
             "process that leaves its turn's group (setsid, a double fork) is not swept"
         )
+
+
+def _heartbeat(settings: Settings, services: Services) -> Heartbeat | None:
+    """The liveness heartbeat to the controller, when it is configured."""
+    if settings.callback_url is None or settings.callback_key is None:
+        return None
+    registry = services.registry
+
+    def running() -> list[RunningTurn]:
+        turns = []
+        for execution in registry.running():
+            tool, summary = execution.progress.tool or (None, None)
+            turns.append(RunningTurn(execution.execution_id, tool, summary, execution.started_at))
+        return turns
+
+    url = heartbeat_url(settings.callback_url, settings.agent_name)
+    return Heartbeat(url, settings.callback_key, running, services.redactor.redact)

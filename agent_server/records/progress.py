@@ -70,6 +70,8 @@ class Progress:
         """The CLI's last event (`type`, or `type/subtype` for a system event such as
         `system/api_retry`) and when it came (`time.time()`): a turn stuck in its
         CLI's own retries shows as such in the running list."""
+        self.tool: tuple[str, str | None] | None = None
+        """The last tool the CLI called and a summary of its input (the heartbeat's)."""
 
     def add_line(self, line: bytes) -> None:
         """Record one (redacted) stdout line of the CLI."""
@@ -78,6 +80,8 @@ class Progress:
         if name in SERVER_EVENT_TYPES:
             name = "line"
         self.last = (_last_event(name, line), time.time())
+        if name == "assistant" and b'"tool_use"' in line and len(line) <= MAX_EVENT_BYTES:
+            self.tool = _last_tool(line) or self.tool
         if len(line) > MAX_EVENT_BYTES:
             data = json.dumps({"type": name, "clipped": True, "bytes": len(line)})
         else:
@@ -168,3 +172,23 @@ def _refuse_server_type(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         if key == "type" and isinstance(value, str) and value in SERVER_EVENT_TYPES:
             raise _ServerType
     return dict(pairs)
+
+
+def _last_tool(line: bytes) -> tuple[str, str | None] | None:
+    """The last `tool_use` block of an assistant line: its name and input summary."""
+    try:
+        content = json.loads(line)["message"]["content"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    found = None
+    for block in content if isinstance(content, list) else []:
+        if isinstance(block, dict) and block.get("type") == "tool_use":
+            tool_input = block.get("input")
+            summary = None
+            if isinstance(tool_input, dict):
+                for key in ("description", "command", "file_path", "pattern", "url"):
+                    if isinstance(tool_input.get(key), str):
+                        summary = tool_input[key][:512]
+                        break
+            found = (str(block.get("name"))[:512], summary)
+    return found

@@ -223,3 +223,18 @@ def test_a_line_of_escapes_is_written_as_json_writes_it() -> None:
     first, array, _ = asyncio.run(_collect(progress))
     assert first.data == json.dumps({"type": "assistant", "text": secret}, separators=(",", ":"))
     assert array.data == '["\\u00e9", "\\u2028"]'
+
+
+def test_the_last_tool_and_its_summary_are_kept_for_the_heartbeat() -> None:
+    from agent_server.records.progress import Progress
+
+    progress = Progress()
+    line = (
+        b'{"type":"assistant","message":{"content":[{"type":"tool_use","name":"Read",'
+        b'"input":{"file_path":"/a"}},{"type":"tool_use","name":"Bash",'
+        b'"input":{"command":"ls -la"}}]}}'
+    )
+    progress.add_line(line)
+    assert progress.tool == ("Bash", "ls -la")
+    progress.add_line(b'{"type":"assistant","message":{"content":"tool_use"}}')
+    assert progress.tool == ("Bash", "ls -la")
