@@ -21,19 +21,16 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from agent_server.broker.exchange import RATE_LIMIT_PREFIX, Exchange
-from agent_server.wire.names import OutcomeKind
+from agent_server.wire.names import LONGEST_WINDOW, WINDOW_LENGTHS, OutcomeKind
 
 _WINDOWS = {"5h": "five_hour", "7d": "seven_day"}
 """The unified headers' short window names, and the names a reading gives them."""
 _SLACK = timedelta(minutes=1)
 WINDOW_REACH: dict[str, timedelta] = {
-    "five_hour": timedelta(hours=5) + _SLACK,
-    "seven_day": timedelta(days=7) + _SLACK,
-    "seven_day_opus": timedelta(days=7) + _SLACK,
-    "seven_day_sonnet": timedelta(days=7) + _SLACK,
+    window: length + _SLACK for window, length in WINDOW_LENGTHS.items()
 }
 """How far ahead each window's reset can lie; any other window, or none, reaches 7 days."""
-_LONGEST_REACH = timedelta(days=7) + _SLACK
+_LONGEST_REACH = LONGEST_WINDOW + _SLACK
 _BILLING_TYPES = frozenset({"billing_error", "insufficient_quota"})
 _AUTH_TYPES = frozenset({"authentication_error", "permission_error"})
 _UPSTREAM_TYPES = frozenset({"overloaded_error", "api_error"})

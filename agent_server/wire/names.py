@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Mapping
+from datetime import timedelta
 from enum import StrEnum
+from types import MappingProxyType
 from typing import Literal, get_args
 
 CLAUDE_OAUTH = "CLAUDE_CODE_OAUTH_TOKEN"
@@ -130,3 +133,17 @@ def is_protected(name: str) -> bool:
 def is_credential_name(name: str) -> bool:
     """A variable whose value is a secret (the redactor's list, contract §8)."""
     return name in CLAUDE_CREDENTIALS or name.endswith(_CREDENTIAL_SUFFIXES)
+
+
+WINDOW_LENGTHS: Mapping[str, timedelta] = MappingProxyType(
+    {
+        "five_hour": timedelta(hours=5),
+        "seven_day": timedelta(days=7),
+        "seven_day_opus": timedelta(days=7),
+        "seven_day_sonnet": timedelta(days=7),
+    }
+)
+"""How long each provider rate-limit window is: its reset is never further away. The
+broker bounds a refusal's reset by it, the controller a remembered wall."""
+LONGEST_WINDOW = timedelta(days=7)
+"""The bound of a reset whose window is not named (or not known)."""

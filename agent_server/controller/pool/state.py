@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Literal, NamedTuple, get_args
 
 from agent_server.wire.instants import parse_instant
+from agent_server.wire.names import LONGEST_WINDOW, WINDOW_LENGTHS
 from agent_server.wire.turns import RateLimitReading, RateLimitWindow, TurnMetadata
 
 CredentialKind = Literal["subscription", "api_key", "gateway"]
@@ -21,17 +22,6 @@ FailureKind = Literal["rate_limit", "auth", "billing", "immediate_hard_limit"]
 """The failures a credential is blamed for: the three that ask for another credential,
 and a refusal while it was stabilizing after a commit (`immediate_hard_limit`)."""
 FAILURE_KINDS: tuple[FailureKind, ...] = get_args(FailureKind)
-
-
-WINDOW_LENGTHS: Mapping[str, timedelta] = {
-    "five_hour": timedelta(hours=5),
-    "seven_day": timedelta(days=7),
-    "seven_day_opus": timedelta(days=7),
-    "seven_day_sonnet": timedelta(days=7),
-}
-"""How long each provider window is: a reset is never further away than its window."""
-LONGEST_WINDOW = timedelta(days=7)
-"""The bound of a reset whose window is not named (or not known)."""
 
 
 def bounded_reset(resets_at: datetime | None, window: str | None, at: datetime) -> datetime | None:
