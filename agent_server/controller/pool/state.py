@@ -144,6 +144,15 @@ class PoolSnapshot:
     """By agent: its turns go to the gateway first until then (after the gateway served)."""
     retries: Mapping[str, ScheduledRetry] = field(default_factory=dict)
     """By turn (`turn_ref`): every waiting turn's retry."""
+    leases: Mapping[str, tuple[datetime, ...]] = field(default_factory=dict)
+    """By credential id: the end of each lease held (its turns in flight). An ended lease
+    lingers until the store next prunes it, so count them with `in_flight`."""
+
+    def in_flight(self, credential_id: str, now: datetime | None = None) -> int:
+        """The credential's turns in flight: its leases not ended by `now` (None: every
+        lease kept)."""
+        ends = self.leases.get(credential_id, ())
+        return len(ends) if now is None else sum(1 for end in ends if end > now)
 
     def retries_of(self, agent: str) -> list[ScheduledRetry]:
         """The agent's waiting turns, the earliest due first."""

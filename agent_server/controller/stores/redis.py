@@ -175,9 +175,11 @@ class RedisStore:
         async with self._redis.pipeline(transaction=True) as pipe:
             for key in (ASSIGNMENTS, FAILURES, READINGS, COOLDOWNS, RETRIES, CLAIMS):
                 pipe.hgetall(key)
+            pipe.hkeys(CREDENTIALS)
             answered = await self._call(pipe.execute())
-        assignments, failures, readings, cooldowns, retries, claims = answered
+        assignments, failures, readings, cooldowns, retries, claims, idents = answered
         return PoolSnapshot(
+            leases=await self._leases(idents),
             assignments={a: decode_assignment(a, body) for a, body in assignments.items()},
             failures=decode_failures(
                 (field.partition(_FIELD_SEPARATOR)[0], body) for field, body in failures.items()
@@ -189,6 +191,21 @@ class RedisStore:
                 for turn, body in retries.items()
             },
         )
+
+    async def _leases(self, idents: Sequence[str]) -> dict[str, tuple[datetime, ...]]:
+        """Each credential's lease ends, in one round trip after the snapshot's: they only
+        rank candidates, and the ceiling is enforced by `acquire_lease`, not by this."""
+        if not idents:
+            return {}
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for ident in idents:
+                pipe.zrange(LEASES + ident, 0, -1, withscores=True)
+            answered = await self._call(pipe.execute())
+        return {
+            ident: tuple(from_micros(int(score)) for _, score in held)
+            for ident, held in zip(idents, answered, strict=True)
+            if held
+        }
 
     async def assignment(self, agent: str) -> Assignment | None:
         """The agent's assignment, if any."""

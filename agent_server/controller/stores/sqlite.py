@@ -350,7 +350,12 @@ def _snapshot(db: sqlite3.Connection) -> PoolSnapshot:
         readings = db.execute("SELECT credential_id, body FROM readings").fetchall()
         cooldowns = db.execute("SELECT agent, until_us FROM gateway_cooldowns").fetchall()
         retries = db.execute("SELECT turn_ref, body, claimed_us FROM turn_retries").fetchall()
+        leases = db.execute("SELECT credential_id, until_us FROM leases").fetchall()
+    ends: dict[str, list[datetime]] = {}
+    for credential_id, until_us in leases:
+        ends.setdefault(credential_id, []).append(from_micros(until_us))
     return PoolSnapshot(
+        leases={ident: tuple(held) for ident, held in ends.items()},
         assignments={row[0]: _assignment(row) for row in assignments},
         failures=decode_failures(failures),
         readings={c: decode_reading(c, body) for c, body in readings},

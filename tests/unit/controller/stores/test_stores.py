@@ -279,6 +279,23 @@ async def test_a_lease_whose_holder_died_ends_at_its_expiry(store: PoolStore) ->
     assert not await store.renew_lease("sub-a", "dead", at=end, until=end + timedelta(1))
 
 
+async def test_the_snapshot_holds_each_credentials_leases(store: PoolStore) -> None:
+    """The snapshot says each credential's turns in flight: its leases' ends, an ended one
+    not counted at a later instant, a released one gone."""
+    await store.register_credentials(
+        [CredentialInfo("sub-a", "subscription"), CredentialInfo("sub-b", "subscription")]
+    )
+    short, long = T0 + timedelta(minutes=1), T0 + timedelta(minutes=9)
+    for holder, until in (("one", short), ("two", long), ("three", long)):
+        assert await store.acquire_lease("sub-a", holder, ceiling=5, at=T0, until=until)
+    await store.release_lease("sub-a", "three")
+    snapshot = await store.snapshot()
+    assert sorted(snapshot.leases["sub-a"]) == [short, long]
+    assert "sub-b" not in snapshot.leases
+    assert (snapshot.in_flight("sub-a", T0), snapshot.in_flight("sub-a", short)) == (2, 1)
+    assert snapshot.in_flight("sub-b", T0) == 0
+
+
 async def test_probes_of_one_credential_are_spaced(store_url: str) -> None:
     """Of eight racing probers one probes; the next probe waits out the spacing; another
     credential is spaced apart."""
