@@ -44,6 +44,8 @@ async def _seed(url: str) -> None:
     due = now + timedelta(minutes=5)
     await store.schedule_retry(ScheduledRetry("agent-1", "r1", due, 1, "job-7", now))
     await store.set_gateway_until("agent-2", now + timedelta(minutes=15))
+    until = now + timedelta(minutes=30)
+    assert await store.acquire_lease("b", "turn-1", ceiling=2, at=now, until=until)
     await store.close()
 
 
@@ -69,6 +71,7 @@ def test_pool_status_prints_one_row_a_credential(
         "assigned_agents",
         "failures",
         "reading",
+        "in_flight",
     }
     assert set(rows["a"]["failures"]) == {"rate_limit"}
     assert rows["b"]["reading"]["five_hour"]["utilization"] == 0.42
@@ -80,6 +83,7 @@ def test_pool_status_prints_one_row_a_credential(
     assert rows["a"]["resets_at"].endswith("Z")
     assert (rows["b"]["state"], rows["b"]["five_hour_use"]) == ("available", 0.42)
     assert rows["b"]["assigned_agents"] == ["agent-1"]
+    assert (rows["a"]["in_flight"], rows["b"]["in_flight"]) == (0, 1)
     assert main(["pool", "status", "--pool", str(pool_file), "--store", url]) == 0
     table = capsys.readouterr().out
     assert table.splitlines()[0].split() == [
