@@ -116,9 +116,10 @@ class ScheduledRetry:
     """A turn waiting for capacity: its retry, due at the earliest known reset.
 
     Keyed by its turn (`turn_ref`, the controller's own name for it; the CLI uses the
-    execution id): each waiting turn of an agent keeps its own. The library never keeps
-    a prompt. A retry is claimed in the store before it runs (`claimed_until`: the
-    claim's lease); a claim whose controller died is re-armed when the lease ends.
+    execution id): each waiting turn of an agent keeps its own. The walk never keeps a
+    prompt (`request` is the scheduling controller's choice). A retry is claimed in the
+    store before it runs (`claimed_until`: the claim's lease); a claim whose controller
+    died is re-armed when the lease ends.
     """
 
     agent: str
@@ -128,6 +129,10 @@ class ScheduledRetry:
     turn_ref: str
     scheduled_at: datetime
     claimed_until: datetime | None = None
+    request: str | None = None
+    """What the controller that scheduled it keeps to run the turn again (`pool serve`:
+    the turn's request as JSON, so any instance sharing the store can run it). The walk
+    itself leaves it None."""
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -158,12 +159,10 @@ async def test_each_waiting_turn_has_its_own_retry_taken_once(store_url: str) ->
     try:
         await store.schedule_retry(_retry("old"))
         await store.schedule_retry(_retry("new", later))
-        await store.schedule_retry(_retry("other", T0, turn="exec-2"))
+        kept = replace(_retry("other", T0, turn="exec-2"), request='{"message": "hi"}')
+        await store.schedule_retry(kept)
         snapshot = await store.snapshot()
-        assert snapshot.retries == {
-            "exec-1": _retry("new", later),
-            "exec-2": _retry("other", T0, turn="exec-2"),
-        }
+        assert snapshot.retries == {"exec-1": _retry("new", later), "exec-2": kept}
         assert [r.turn_ref for r in snapshot.retries_of("a")] == ["exec-2", "exec-1"]
         assert await store.take_retry("exec-1", "old") is False
         taken = await asyncio.gather(*(t.take_retry("exec-1", "new") for t in takers))
