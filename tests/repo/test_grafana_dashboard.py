@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from agent_server.controller.service.metrics import ServiceMetrics
+
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "deploy" / "grafana" / "pool-service.json"
 EXPORTED = {
@@ -48,6 +50,12 @@ def dashboard() -> dict[str, Any]:
     """The dashboard as Grafana imports it."""
     loaded: dict[str, Any] = json.loads(DASHBOARD.read_text(encoding="utf-8"))
     return loaded
+
+
+def test_the_names_are_the_services_own() -> None:
+    """The service's registry exports exactly these metrics, of these types."""
+    registry = ServiceMetrics().registry
+    assert {m.name: m.type for m in registry.collect()} == EXPORTED
 
 
 def test_every_query_reads_only_exported_series(dashboard: dict[str, Any]) -> None:
