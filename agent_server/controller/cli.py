@@ -15,8 +15,8 @@ Exit codes: 0 served (or done), 1 the turn failed otherwise (or the server refus
 2 the pool file, the store or the token cannot be used, 3 the agent waits for
 capacity, 4 the walk was stopped. stdout is the result (`--json`: one object);
 stderr carries the walk's events (`--events-json`: one JSON object a line) and one
-line on an error, never a library's chatter. `serve` runs until SIGTERM or SIGINT
-(docs/pool-service.md), then exits 0.
+line on an error, never a library's chatter. `serve` runs until SIGTERM or SIGINT, shuts
+down gracefully, and then ends by that signal, as uvicorn does (docs/pool-service.md).
 """
 
 from __future__ import annotations

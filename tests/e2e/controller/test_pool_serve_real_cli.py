@@ -8,6 +8,7 @@ heartbeat arrives; `/metrics` parses with prometheus-client."""
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -139,12 +140,19 @@ def test_a_turn_walks_on_either_instance_and_the_heartbeat_arrives(
         agents = one.get("/v1/pool").json()["agents"]
         return any(x["agent"] == AGENT and x["heartbeat"] for x in agents)
 
+    with httpx.stream("GET", f"{one.url}/v1/events", headers=one.headers, timeout=12) as stream:
+        assert stream.headers["content-type"].startswith("text/event-stream")
+        kind = next(line for line in stream.iter_lines() if line.startswith("event: "))
+    assert kind == "event: heartbeat"  # a beat pushed to the stream as it arrives
     _wait(beat, 12, "the agent's heartbeat")
     shown = next(x for x in one.get("/v1/pool").json()["agents"] if x["agent"] == AGENT)
     assert shown["heartbeat"]["uptime_s"] > 0
     assert _metric(one, "agent_pool_agent_heartbeat_age_seconds", agent=AGENT) < 12
     assert _metric(one, "agent_pool_walks_total", outcome="served") == 1
     assert _metric(two, "agent_pool_walks_total", outcome="served") == 1
+    # SIGTERM: shut down gracefully, then ended by the signal (uvicorn raises it again).
+    assert two.stop() == -signal.SIGTERM
+    assert "Traceback" not in two.log_text()
 
 
 async def _seed(store_url: str, turn: str, *, due_in_s: float) -> None:
