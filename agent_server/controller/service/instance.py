@@ -28,7 +28,6 @@ from agent_server.controller.pool.state import ScheduledRetry
 from agent_server.controller.result import WalkResult
 from agent_server.controller.retries import RetryScheduler
 from agent_server.controller.service.broadcast import Broadcast
-from agent_server.controller.service.liveness import Liveness
 from agent_server.controller.service.metrics import ServiceMetrics
 from agent_server.controller.service.switchback import SwitchBack
 from agent_server.controller.service.turns import TurnBook, TurnRequest
@@ -62,7 +61,6 @@ class ServiceInstance:
         self.pool = config.pool
         self.store = config.store
         self.broadcast = Broadcast()
-        self.liveness = Liveness()
         self.metrics = ServiceMetrics()
         self.turns = TurnBook()
         self.accepting = True

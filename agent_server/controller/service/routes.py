@@ -116,10 +116,11 @@ async def get_pool(request: Request) -> Response:
     for row in status["credentials"]:
         row["in_flight"] = snapshot.in_flight(row["credential"], now)
         row["ceiling"] = instance.pool.ceiling(row["credential"])
-    names = set(instance.clients) | set(snapshot.assignments) | set(instance.liveness.agents)
+    beats = live.beats_of(await instance.store.heartbeats())
+    names = set(instance.clients) | set(snapshot.assignments) | set(beats)
     agents = []
     for name in sorted(names):
-        beat = instance.liveness.of(name)
+        beat = beats.get(name)
         assigned = snapshot.assignments.get(name)
         agents.append(
             {
@@ -185,7 +186,8 @@ async def heartbeat(request: Request) -> Response:
         body = live.HeartbeatBody.model_validate(await read_json(request, live.MAX_BODY_BYTES))
     except ValidationError as exc:
         raise _invalid(exc) from exc
-    beat = instance.liveness.receive(name, body, instance.config.clock())
+    beat = live.Beat(name, instance.config.clock(), body)
+    await instance.store.record_heartbeat(name, beat.received_at, body.model_dump_json())
     instance.broadcast.publish("heartbeat", beat.as_json())
     return Response(status_code=204)
 
@@ -194,9 +196,8 @@ async def metrics(request: Request) -> Response:
     """`GET /metrics`: Prometheus text; the gauges read from the store now."""
     instance = instance_of(request)
     snapshot = await instance.store.snapshot()
-    text = instance.metrics.render(
-        instance.pool, snapshot, instance.liveness, instance.config.clock()
-    )
+    beats = live.beats_of(await instance.store.heartbeats())
+    text = instance.metrics.render(instance.pool, snapshot, beats, instance.config.clock())
     return Response(text, media_type=CONTENT_TYPE)
 
 
