@@ -27,10 +27,11 @@ import json
 import logging
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from pydantic import SecretStr
+from pydantic import SecretStr, ValidationError
 
 from agent_server.controller.client import AgentClient
 from agent_server.controller.clock import utc_now
@@ -215,9 +216,30 @@ async def _walk(args: argparse.Namespace) -> int:
         timeout_s=args.timeout,
         rerun=args.rerun,
     )
-    result: WalkResult = await _with_walker(args, lambda walker, *_: walker.walk(turn))
+    result: WalkResult = await _with_walker(
+        args, lambda walker, store, _: _kept(walker, store, turn)
+    )
     print(json.dumps(result.as_json(), indent=2) if args.json else _summary(result))
     return _BY_OUTCOME.get(result.outcome, EXIT_FAILED)
+
+
+async def _kept(walker: Walker, store: PoolStore, turn: WalkTurn) -> WalkResult:
+    """Walk `turn`; one that waits keeps its request beside its retry, so a `pool serve`
+    on the same store runs it when it is due (nothing else would)."""
+    from agent_server.controller.service.turns import TurnRequest, keep_request
+
+    result = await walker.walk(turn)
+    if result.retry is None:
+        return result
+    try:
+        request = TurnRequest(
+            message=turn.message, interactive=turn.interactive, timeout_s=turn.timeout_s
+        )
+    except ValidationError:
+        return result  # a message or timeout past the service's bounds: the caller's to run
+    kept = keep_request(result.retry, request)
+    await store.schedule_retry(kept)
+    return replace(result, retry=kept)
 
 
 def _summary(result: WalkResult) -> str:

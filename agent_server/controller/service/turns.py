@@ -14,11 +14,12 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agent_server.controller.pool.state import ScheduledRetry
 from agent_server.controller.result import WalkResult
 from agent_server.controller.turn import WalkTurn
 from agent_server.wire.values import EXECUTION_ID_PATTERN
@@ -51,6 +52,11 @@ class TurnRequest(BaseModel):
             timeout_s=self.timeout_s,
             rerun=rerun,
         )
+
+
+def keep_request(retry: ScheduledRetry, request: TurnRequest) -> ScheduledRetry:
+    """`retry` carrying `request`, so whichever `pool serve` claims it can run the turn."""
+    return replace(retry, request=request.model_dump_json(by_alias=True))
 
 
 def new_execution_id() -> str:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -254,3 +256,35 @@ def test_the_ceiling_holds_under_twenty_simultaneous_turns(
     assert outcomes.count("waiting_for_capacity") == 18
     assert peak == {"a": 1, "b": 1}  # each seen at its ceiling, never past it
     assert pair.total("agent_pool_walks_total") == 20
+
+
+async def _retries(store_url: str) -> dict[str, ScheduledRetry]:
+    store = await open_store(store_url)
+    try:
+        return dict((await store.snapshot()).retries)
+    finally:
+        await store.close()
+
+
+def test_a_pool_walk_that_waits_leaves_its_turn_for_the_service(
+    pair_factory: Callable[..., Pair], creds: Credentials, tmp_path: Path
+) -> None:
+    """`pool walk` on the pair's store exits 3 (every subscription rate limited); its
+    retry keeps the turn's request, so the service can run it when it is due."""
+    a = creds.new("ratelimit")
+    pair = pair_factory([("a", "subscription", a)])
+    token = tmp_path / "agent-token"
+    token.write_text(CONTROLLER_TOKEN)
+    argv = [
+        sys.executable, "-m", "agent_server", "pool", "walk",
+        "--pool", str(pair.services[0].pool_file), "--store", pair.store_url,
+        "--agent-name", AGENT, "--agent-url", pair.agent.base_url,
+        "--agent-token-file", str(token), "--message", "wait for me",
+        "--execution-id", "cli-1", "--timeout", "120",
+    ]  # fmt: skip
+    env = {**pair.services[0].env}
+    walked = subprocess.run(argv, env=env, capture_output=True, timeout=90, check=False)
+    assert walked.returncode == 3, walked.stderr
+    retry = asyncio.run(_retries(pair.store_url))["cli-1"]
+    assert retry.request is not None
+    assert TurnRequest.model_validate_json(retry.request).message == "wait for me"
