@@ -151,6 +151,21 @@ def _listen(value: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def _service_server(config: Any, on_signal: Callable[[], None]) -> Any:
+    """uvicorn's server that, on the signal, first refuses new turns and ends the event
+    streams (an open stream would hold the shutdown for the whole drain)."""
+    import uvicorn
+
+    loop = asyncio.get_running_loop()
+
+    class ServiceServer(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            loop.call_soon_threadsafe(on_signal)
+            super().handle_exit(sig, frame)
+
+    return ServiceServer(config)
+
+
 async def _serve(args: argparse.Namespace) -> int:
     """Run the service until a signal (uvicorn handles SIGTERM/SIGINT: graceful)."""
     import uvicorn  # the service's own: the one-shot commands never load it
@@ -171,7 +186,7 @@ async def _serve(args: argparse.Namespace) -> int:
             access_log=False,
             timeout_graceful_shutdown=max(1, int(args.drain)),
         )
-        server = uvicorn.Server(config)
+        server = _service_server(config, app.state.instance.begin_shutdown)
         await server.serve()
         return EXIT_SERVED if server.started else EXIT_UNUSABLE
     finally:

@@ -141,9 +141,15 @@ class ServiceInstance:
         self.turns.record(result)
         return result
 
+    def begin_shutdown(self) -> None:
+        """Refuse new turns and end the event streams (an open stream would hold the
+        server's shutdown for the whole drain)."""
+        self.accepting = False
+        self.broadcast.close()
+
     async def close(self) -> None:
         """Shut down gracefully (module docstring)."""
-        self.accepting = False
+        self.begin_shutdown()
         if self._sweep is not None:
             self._sweep.cancel()
             with contextlib.suppress(asyncio.CancelledError):

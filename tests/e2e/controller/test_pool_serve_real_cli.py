@@ -11,6 +11,7 @@ import asyncio
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -61,6 +62,13 @@ def _metric(service: PoolServiceProcess, name: str, **labels: str) -> float:
         for sample in family.samples
         if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items())
     )
+
+
+def _read_stream(service: PoolServiceProcess, said: list[str]) -> None:
+    with httpx.stream("GET", f"{service.url}/v1/events", headers=service.headers, timeout=30) as r:
+        for _ in r.iter_lines():
+            pass
+    said.append("ended")
 
 
 class Pair:
@@ -153,8 +161,17 @@ def test_a_turn_walks_on_either_instance_and_the_heartbeat_arrives(
     assert _metric(one, "agent_pool_agent_heartbeat_age_seconds", agent=AGENT) < 12
     assert _metric(one, "agent_pool_walks_total", outcome="served") == 1
     assert _metric(two, "agent_pool_walks_total", outcome="served") == 1
-    # SIGTERM: shut down gracefully, then ended by the signal (uvicorn raises it again).
+    # SIGTERM with an event stream open: the stream is ended at once (not held for the
+    # drain), the shutdown is graceful, then the signal ends the process (as uvicorn does).
+    ended: list[str] = []
+    reader = threading.Thread(target=_read_stream, args=(two, ended), daemon=True)
+    reader.start()
+    time.sleep(0.5)
+    began = time.monotonic()
     assert two.stop() == -signal.SIGTERM
+    assert time.monotonic() - began < 3, "the open stream held the shutdown"
+    reader.join(5)
+    assert ended == ["ended"]
     assert "Traceback" not in two.log_text()
 
 
