@@ -11,7 +11,7 @@ from pydantic import SecretStr, ValidationError
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 
-from agent_server.controller.errors import ControllerError, PoolFileError
+from agent_server.controller.errors import ControllerError, PoolFileError, StoreError
 from agent_server.controller.pool.file import AGENT_NAME, CREDENTIAL_ID
 from agent_server.controller.pool.status import pool_status
 from agent_server.controller.service import liveness as live
@@ -92,19 +92,28 @@ async def post_turn(request: Request) -> Response:
     if body.run_async:
         instance.turns.start(execution_id, instance.run_turn(agent, body, execution_id))
         return JSONResponse({"execution_id": execution_id, "state": "running"}, status_code=202)
-    result = await instance.run_turn(agent, body, execution_id)
+    try:
+        result = await instance.run_turn(agent, body, execution_id)
+    except StoreError:
+        raise
+    except ControllerError as exc:  # the agent's server could not be reached or misspoke
+        raise Refused(502, "agent_unreachable", type(exc).__name__) from exc
     return JSONResponse(result.as_json())
 
 
 async def get_turn(request: Request) -> Response:
     """`GET /v1/turns/{execution_id}`: an async turn's result (202 while it runs)."""
     execution_id = str(request.path_params["execution_id"])
-    state = instance_of(request).turns.state(execution_id)
+    try:
+        state = instance_of(request).turns.state(execution_id)
+    except KeyError:
+        raise Refused(404, "unknown_turn", "this instance knows no turn with this id") from None
+    said: dict[str, Any] = {"execution_id": execution_id}
     if state is None:
-        raise Refused(404, "unknown_turn", "this instance knows no turn with this id")
+        return JSONResponse({**said, "state": "running"}, status_code=202)
     if isinstance(state, str):
-        return JSONResponse({"execution_id": execution_id, "state": state}, status_code=202)
-    return JSONResponse({"execution_id": execution_id, "state": "done", "result": state.as_json()})
+        return JSONResponse({**said, "state": "failed", "error": state})
+    return JSONResponse({**said, "state": "done", "result": state.as_json()})
 
 
 async def get_pool(request: Request) -> Response:
@@ -163,6 +172,8 @@ async def _pool_act(act: Any) -> Any:
         return await act()
     except PoolFileError as exc:
         raise Refused(404, "unknown_credential", str(exc)) from exc
+    except StoreError:
+        raise
     except ControllerError as exc:
         raise Refused(502, "agent_error", type(exc).__name__) from exc
 
