@@ -176,7 +176,9 @@ def test_a_turn_walks_on_either_instance_and_the_heartbeat_arrives(
 
 
 async def _seed(store_url: str, turn: str, *, due_in_s: float) -> None:
-    """A waiting turn of the agent (its request kept) and a passed gateway cooldown."""
+    """A waiting turn of the agent (its request kept) and a passed gateway cooldown. The
+    retry is due well after the next sweep: its walk, served by a subscription, would end
+    the cooldown itself, leaving the switch-back nothing to do."""
     store: PoolStore = await open_store(store_url)
     now = utc_now()
     try:
@@ -212,7 +214,7 @@ def test_a_retry_and_a_switch_back_run_once_also_after_a_kill(
     def settled() -> bool:
         return asyncio.run(_settled(pair.store_url))
 
-    asyncio.run(_seed(pair.store_url, "t-7", due_in_s=1))
+    asyncio.run(_seed(pair.store_url, "t-7", due_in_s=4))
     _wait(settled, 60, "the retry and the switch-back")
     assert pair.total("agent_pool_retries_run_total") == 1
     assert pair.total("agent_pool_probes_run_total") == 1
@@ -225,7 +227,7 @@ def test_a_retry_and_a_switch_back_run_once_also_after_a_kill(
     before = [_metric(two, name) for name in ("retries_run_total", "probes_run_total")]
     one.kill()
     time.sleep(1.1)  # past the probe spacing
-    asyncio.run(_seed(pair.store_url, "t-8", due_in_s=1))
+    asyncio.run(_seed(pair.store_url, "t-8", due_in_s=4))
     _wait(settled, 60, "the retry and the switch-back after the kill")
     after = [_metric(two, name) for name in ("retries_run_total", "probes_run_total")]
     assert [n - m for n, m in zip(after, before, strict=True)] == [1, 1]
