@@ -15,8 +15,8 @@ Exit codes: 0 served (or done), 1 the turn failed otherwise (or the server refus
 2 the pool file, the store or the token cannot be used, 3 the agent waits for
 capacity, 4 the walk was stopped. stdout is the result (`--json`: one object);
 stderr carries the walk's events (`--events-json`: one JSON object a line) and one
-line on an error, never a library's chatter. `serve` runs until SIGTERM or SIGINT
-(docs/pool-service.md), then exits 0.
+line on an error, never a library's chatter. `serve` runs until SIGTERM or SIGINT, shuts
+down gracefully, and then ends by that signal, as uvicorn does (docs/pool-service.md).
 """
 
 from __future__ import annotations
@@ -27,10 +27,11 @@ import json
 import logging
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from pydantic import SecretStr
+from pydantic import SecretStr, ValidationError
 
 from agent_server.controller.client import AgentClient
 from agent_server.controller.clock import utc_now
@@ -150,6 +151,21 @@ def _listen(value: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def _service_server(config: Any, on_signal: Callable[[], None]) -> Any:
+    """uvicorn's server that, on the signal, first refuses new turns and ends the event
+    streams (an open stream would hold the shutdown for the whole drain)."""
+    import uvicorn
+
+    loop = asyncio.get_running_loop()
+
+    class ServiceServer(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            loop.call_soon_threadsafe(on_signal)
+            super().handle_exit(sig, frame)
+
+    return ServiceServer(config)
+
+
 async def _serve(args: argparse.Namespace) -> int:
     """Run the service until a signal (uvicorn handles SIGTERM/SIGINT: graceful)."""
     import uvicorn  # the service's own: the one-shot commands never load it
@@ -170,7 +186,7 @@ async def _serve(args: argparse.Namespace) -> int:
             access_log=False,
             timeout_graceful_shutdown=max(1, int(args.drain)),
         )
-        server = uvicorn.Server(config)
+        server = _service_server(config, app.state.instance.begin_shutdown)
         await server.serve()
         return EXIT_SERVED if server.started else EXIT_UNUSABLE
     finally:
@@ -215,9 +231,30 @@ async def _walk(args: argparse.Namespace) -> int:
         timeout_s=args.timeout,
         rerun=args.rerun,
     )
-    result: WalkResult = await _with_walker(args, lambda walker, *_: walker.walk(turn))
+    result: WalkResult = await _with_walker(
+        args, lambda walker, store, _: _kept(walker, store, turn)
+    )
     print(json.dumps(result.as_json(), indent=2) if args.json else _summary(result))
     return _BY_OUTCOME.get(result.outcome, EXIT_FAILED)
+
+
+async def _kept(walker: Walker, store: PoolStore, turn: WalkTurn) -> WalkResult:
+    """Walk `turn`; one that waits keeps its request beside its retry, so a `pool serve`
+    on the same store runs it when it is due (nothing else would)."""
+    from agent_server.controller.service.turns import TurnRequest, keep_request
+
+    result = await walker.walk(turn)
+    if result.retry is None:
+        return result
+    try:
+        request = TurnRequest(
+            message=turn.message, interactive=turn.interactive, timeout_s=turn.timeout_s
+        )
+    except ValidationError:
+        return result  # a message or timeout past the service's bounds: the caller's to run
+    kept = keep_request(result.retry, request)
+    await store.schedule_retry(kept)
+    return replace(result, retry=kept)
 
 
 def _summary(result: WalkResult) -> str:

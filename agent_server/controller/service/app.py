@@ -17,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from agent_server.controller.errors import StoreError
 from agent_server.controller.service import routes as r
 from agent_server.controller.service.auth import bearer_matches
 from agent_server.controller.service.instance import ServiceConfig, ServiceInstance
@@ -60,7 +61,9 @@ def route_table(token: SecretStr) -> list[Route]:
 
 
 async def _refused(_: Request, exc: Exception) -> Response:
-    assert isinstance(exc, r.Refused)  # noqa: S101 - registered for Refused only
+    if isinstance(exc, StoreError):  # the store cannot be reached: nothing was changed here
+        return r.refusal(r.Refused(503, "store_unavailable", "the pool's store cannot be used"))
+    assert isinstance(exc, r.Refused)  # noqa: S101 - registered for these two only
     return r.refusal(exc)
 
 
@@ -79,7 +82,7 @@ def create_app(config: ServiceConfig, token: SecretStr) -> Starlette:
     app = Starlette(
         routes=route_table(token),
         lifespan=lifespan,
-        exception_handlers={r.Refused: _refused},
+        exception_handlers={r.Refused: _refused, StoreError: _refused},
     )
     app.state.instance = instance
     return app

@@ -44,8 +44,8 @@ class Broadcast:
     def _drop(self, queue: asyncio.Queue[tuple[str, dict[str, Any]] | None]) -> None:
         self._queues.discard(queue)
         self.dropped += 1
-        # Room for the end marker: the oldest event gives way to it.
-        queue.get_nowait()
+        if queue.full():  # room for the end marker: the oldest event gives way to it
+            queue.get_nowait()
         queue.put_nowait(_CLOSED)
 
     def close(self) -> None:

@@ -28,10 +28,9 @@ from agent_server.controller.pool.state import ScheduledRetry
 from agent_server.controller.result import WalkResult
 from agent_server.controller.retries import RetryScheduler
 from agent_server.controller.service.broadcast import Broadcast
-from agent_server.controller.service.liveness import Liveness
 from agent_server.controller.service.metrics import ServiceMetrics
 from agent_server.controller.service.switchback import SwitchBack
-from agent_server.controller.service.turns import TurnBook, TurnRequest
+from agent_server.controller.service.turns import TurnBook, TurnRequest, keep_request
 from agent_server.controller.stores.base import PoolStore
 from agent_server.controller.walker import Walker
 
@@ -62,7 +61,6 @@ class ServiceInstance:
         self.pool = config.pool
         self.store = config.store
         self.broadcast = Broadcast()
-        self.liveness = Liveness()
         self.metrics = ServiceMetrics()
         self.turns = TurnBook()
         self.accepting = True
@@ -97,10 +95,11 @@ class ServiceInstance:
         self._sweep = asyncio.create_task(self._sweeping(), name="pool-serve-sweep")
 
     async def arm_waiting(self) -> int:
-        """Arm every retry the store holds with a request (any instance's)."""
+        """Arm every retry the store holds with a request (any instance's, or `pool
+        walk`'s) for an agent this instance reaches."""
         armed = 0
         for retry in (await self.store.snapshot()).retries.values():
-            if retry.request is not None:  # `pool walk`'s waits keep no prompt to send
+            if retry.request is not None and retry.agent in self.clients:
                 self.scheduler.arm(retry)
                 armed += 1
         return armed
@@ -125,7 +124,7 @@ class ServiceInstance:
             result = await self.walker.walk(request.turn(agent, execution_id, rerun=rerun))
             self.metrics.on_result(result)
             if result.retry is not None:
-                kept = replace(result.retry, request=request.model_dump_json(by_alias=True))
+                kept = keep_request(result.retry, request)
                 await self.store.schedule_retry(kept)
                 result = replace(result, retry=kept)
                 self.scheduler.arm(kept)
@@ -142,9 +141,15 @@ class ServiceInstance:
         self.turns.record(result)
         return result
 
+    def begin_shutdown(self) -> None:
+        """Refuse new turns and end the event streams (an open stream would hold the
+        server's shutdown for the whole drain)."""
+        self.accepting = False
+        self.broadcast.close()
+
     async def close(self) -> None:
         """Shut down gracefully (module docstring)."""
-        self.accepting = False
+        self.begin_shutdown()
         if self._sweep is not None:
             self._sweep.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -172,7 +177,6 @@ class ServiceInstance:
                 assignment_generation=None,
                 turn_ref=execution_id,
                 scheduled_at=now,
-                request=request.model_dump_json(by_alias=True),
             )
             with contextlib.suppress(ControllerError):
-                await self.store.schedule_retry(retry)
+                await self.store.schedule_retry(keep_request(retry, request))

@@ -1,10 +1,9 @@
 """Each agent's liveness: the heartbeat its server POSTs (`records/heartbeat.py` sends it).
 
-The body is agent-side output and checked as hostile: a bounded size, known keys only,
-bounded strings and counts. What an instance received is kept in memory, by agent
-(the latest beat), and shown in `/v1/pool` and as `heartbeat` events; a heartbeat goes
-to the instance its server reaches, so another instance shows the agent once a beat of
-it arrives there (`docs/pool-service.md`, "Across instances").
+The body is agent-side output and checked as hostile: a bounded size, bounded strings
+and counts, unknown keys dropped. The latest beat of each agent is kept, by agent
+(the latest beat) in the store, so every instance shows it in `/v1/pool` and
+`/metrics`; the instance it reached also pushes it as a `heartbeat` event.
 """
 
 from __future__ import annotations
@@ -64,23 +63,13 @@ class Beat:
         return said
 
 
-class Liveness:
-    """The latest beat of each agent, as this instance received them."""
-
-    def __init__(self) -> None:
-        self._beats: dict[str, Beat] = {}
-
-    def receive(self, agent: str, body: HeartbeatBody, at: datetime) -> Beat:
-        """Keep `body` as the agent's latest beat."""
-        beat = Beat(agent, at, body)
-        self._beats[agent] = beat
-        return beat
-
-    def of(self, agent: str) -> Beat | None:
-        """The agent's latest beat, if one arrived."""
-        return self._beats.get(agent)
-
-    @property
-    def agents(self) -> list[str]:
-        """The agents a beat arrived from."""
-        return sorted(self._beats)
+def beats_of(kept: dict[str, tuple[datetime, str]]) -> dict[str, Beat]:
+    """The store's heartbeats (`PoolStore.heartbeats`) as beats; one that no longer parses
+    (a store written by another version) is left out."""
+    beats = {}
+    for agent, (at, body) in kept.items():
+        try:
+            beats[agent] = Beat(agent, at, HeartbeatBody.model_validate_json(body))
+        except ValueError:
+            continue
+    return beats

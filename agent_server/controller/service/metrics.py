@@ -9,6 +9,7 @@ pool's windows, standings, waiting turns and turns in flight.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from datetime import datetime
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -18,7 +19,7 @@ from agent_server.controller.pool.file import Pool
 from agent_server.controller.pool.state import PoolSnapshot
 from agent_server.controller.pool.status import pool_rows
 from agent_server.controller.result import WalkResult
-from agent_server.controller.service.liveness import Liveness
+from agent_server.controller.service.liveness import Beat
 
 STANDINGS = ("available", "throttled", "failed")
 WINDOWS = ("five_hour", "seven_day")
@@ -79,7 +80,7 @@ class ServiceMetrics:
         self.rungs.observe(len(result.trail))
 
     def render(
-        self, pool: Pool, snapshot: PoolSnapshot, liveness: Liveness, now: datetime
+        self, pool: Pool, snapshot: PoolSnapshot, beats: Mapping[str, Beat], now: datetime
     ) -> bytes:
         """The text exposition, the gauges read from `snapshot` first."""
         for row in pool_rows(pool.infos, snapshot, now):
@@ -93,12 +94,7 @@ class ServiceMetrics:
                 self.standing.labels(row.credential, standing).set(row.state == standing)
             self.in_flight.labels(row.credential).set(snapshot.in_flight(row.credential, now))
         self.waiting.set(len(snapshot.retries))
-        self._ages(liveness, now)
+        for agent, beat in beats.items():
+            age = (now - beat.received_at).total_seconds()
+            self.heartbeat_age.labels(agent).set(max(0.0, age))
         return generate_latest(self.registry)
-
-    def _ages(self, liveness: Liveness, now: datetime) -> None:
-        for agent in liveness.agents:
-            beat = liveness.of(agent)
-            if beat is not None:
-                age = (now - beat.received_at).total_seconds()
-                self.heartbeat_age.labels(agent).set(max(0.0, age))

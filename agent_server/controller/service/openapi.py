@@ -49,7 +49,8 @@ def _operator_paths() -> dict[str, dict[str, Any]]:
                     409: "a turn with this id runs here",
                     413: "body too large",
                     422: "invalid request",
-                    503: "shutting down",
+                    502: "the agent's server cannot be reached",
+                    503: "shutting down, or the store cannot be used",
                 },
                 "TurnRequest",
             )

@@ -11,7 +11,7 @@ from pydantic import SecretStr, ValidationError
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 
-from agent_server.controller.errors import ControllerError, PoolFileError
+from agent_server.controller.errors import ControllerError, PoolFileError, StoreError
 from agent_server.controller.pool.file import AGENT_NAME, CREDENTIAL_ID
 from agent_server.controller.pool.status import pool_status
 from agent_server.controller.service import liveness as live
@@ -92,19 +92,28 @@ async def post_turn(request: Request) -> Response:
     if body.run_async:
         instance.turns.start(execution_id, instance.run_turn(agent, body, execution_id))
         return JSONResponse({"execution_id": execution_id, "state": "running"}, status_code=202)
-    result = await instance.run_turn(agent, body, execution_id)
+    try:
+        result = await instance.run_turn(agent, body, execution_id)
+    except StoreError:
+        raise
+    except ControllerError as exc:  # the agent's server could not be reached or misspoke
+        raise Refused(502, "agent_unreachable", type(exc).__name__) from exc
     return JSONResponse(result.as_json())
 
 
 async def get_turn(request: Request) -> Response:
     """`GET /v1/turns/{execution_id}`: an async turn's result (202 while it runs)."""
     execution_id = str(request.path_params["execution_id"])
-    state = instance_of(request).turns.state(execution_id)
+    try:
+        state = instance_of(request).turns.state(execution_id)
+    except KeyError:
+        raise Refused(404, "unknown_turn", "this instance knows no turn with this id") from None
+    said: dict[str, Any] = {"execution_id": execution_id}
     if state is None:
-        raise Refused(404, "unknown_turn", "this instance knows no turn with this id")
+        return JSONResponse({**said, "state": "running"}, status_code=202)
     if isinstance(state, str):
-        return JSONResponse({"execution_id": execution_id, "state": state}, status_code=202)
-    return JSONResponse({"execution_id": execution_id, "state": "done", "result": state.as_json()})
+        return JSONResponse({**said, "state": "failed", "error": state})
+    return JSONResponse({**said, "state": "done", "result": state.as_json()})
 
 
 async def get_pool(request: Request) -> Response:
@@ -116,10 +125,11 @@ async def get_pool(request: Request) -> Response:
     for row in status["credentials"]:
         row["in_flight"] = snapshot.in_flight(row["credential"], now)
         row["ceiling"] = instance.pool.ceiling(row["credential"])
-    names = set(instance.clients) | set(snapshot.assignments) | set(instance.liveness.agents)
+    beats = live.beats_of(await instance.store.heartbeats())
+    names = set(instance.clients) | set(snapshot.assignments) | set(beats)
     agents = []
     for name in sorted(names):
-        beat = instance.liveness.of(name)
+        beat = beats.get(name)
         assigned = snapshot.assignments.get(name)
         agents.append(
             {
@@ -162,6 +172,8 @@ async def _pool_act(act: Any) -> Any:
         return await act()
     except PoolFileError as exc:
         raise Refused(404, "unknown_credential", str(exc)) from exc
+    except StoreError:
+        raise
     except ControllerError as exc:
         raise Refused(502, "agent_error", type(exc).__name__) from exc
 
@@ -185,7 +197,8 @@ async def heartbeat(request: Request) -> Response:
         body = live.HeartbeatBody.model_validate(await read_json(request, live.MAX_BODY_BYTES))
     except ValidationError as exc:
         raise _invalid(exc) from exc
-    beat = instance.liveness.receive(name, body, instance.config.clock())
+    beat = live.Beat(name, instance.config.clock(), body)
+    await instance.store.record_heartbeat(name, beat.received_at, body.model_dump_json())
     instance.broadcast.publish("heartbeat", beat.as_json())
     return Response(status_code=204)
 
@@ -194,9 +207,8 @@ async def metrics(request: Request) -> Response:
     """`GET /metrics`: Prometheus text; the gauges read from the store now."""
     instance = instance_of(request)
     snapshot = await instance.store.snapshot()
-    text = instance.metrics.render(
-        instance.pool, snapshot, instance.liveness, instance.config.clock()
-    )
+    beats = live.beats_of(await instance.store.heartbeats())
+    text = instance.metrics.render(instance.pool, snapshot, beats, instance.config.clock())
     return Response(text, media_type=CONTENT_TYPE)
 
 

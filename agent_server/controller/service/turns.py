@@ -14,11 +14,12 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agent_server.controller.pool.state import ScheduledRetry
 from agent_server.controller.result import WalkResult
 from agent_server.controller.turn import WalkTurn
 from agent_server.wire.values import EXECUTION_ID_PATTERN
@@ -53,6 +54,11 @@ class TurnRequest(BaseModel):
         )
 
 
+def keep_request(retry: ScheduledRetry, request: TurnRequest) -> ScheduledRetry:
+    """`retry` carrying `request`, so whichever `pool serve` claims it can run the turn."""
+    return replace(retry, request=request.model_dump_json(by_alias=True))
+
+
 def new_execution_id() -> str:
     """An execution id for a turn posted without one."""
     return f"walk-{uuid.uuid4().hex[:16]}"
@@ -61,7 +67,8 @@ def new_execution_id() -> str:
 @dataclass
 class _Kept:
     task: asyncio.Task[WalkResult] | None
-    result: WalkResult | None = None
+    result: WalkResult | str | None = None
+    """The walk's result, or the name of the error that ended it."""
     ended: float = field(default=0.0)
 
 
@@ -93,17 +100,18 @@ class TurnBook:
         kept = self._kept.get(execution_id)
         if kept is None or kept.task is not task:
             return
-        if task.cancelled() or task.exception() is not None:
-            del self._kept[execution_id]  # the log has the exception; the turn is unknown
+        if task.cancelled():
+            del self._kept[execution_id]  # cut short at shutdown: handed over as a retry
             return
-        kept.result, kept.ended = task.result(), self._monotonic()
+        error = task.exception()
+        # An error's name only (its text may quote the agent's server): the log has the rest.
+        kept.result = task.result() if error is None else type(error).__name__
+        kept.ended = self._monotonic()
 
     def state(self, execution_id: str) -> WalkResult | str | None:
-        """A done turn's result, `"running"`, or None when this instance knows no such turn."""
-        kept = self._kept.get(execution_id)
-        if kept is None:
-            return None
-        return kept.result if kept.result is not None else "running"
+        """A done turn's result, the name of the error that ended it, or None while it runs.
+        `KeyError` when this instance knows no such turn."""
+        return self._kept[execution_id].result
 
     def unfinished(self) -> list[asyncio.Task[WalkResult]]:
         """The tasks still running."""

@@ -54,6 +54,7 @@ CREDENTIALS, ASSIGNMENTS, FAILURES, READINGS, COOLDOWNS, RETRIES, CLAIMS = (
     )
 )
 PROBES = PREFIX + "probes"
+HEARTBEATS = PREFIX + "heartbeats"
 LEASES = PREFIX + "leases:"
 """Followed by a credential id: that credential's leases."""
 _FIELD_SEPARATOR = "\t"
@@ -293,6 +294,20 @@ class RedisStore:
             self._take_retry(keys=[RETRIES, CLAIMS], args=[turn_ref, retry_id])
         )
         return bool(taken)
+
+    async def record_heartbeat(self, agent: str, at: datetime, body: str) -> None:
+        """Replace the agent's heartbeat (`micros<TAB>body`)."""
+        kept = f"{to_micros(at)}{_FIELD_SEPARATOR}{body}"
+        await self._call(self._redis.hset(HEARTBEATS, agent, kept))
+
+    async def heartbeats(self) -> dict[str, tuple[datetime, str]]:
+        """Every agent's latest heartbeat."""
+        found: dict[str, str] = await self._call(self._redis.hgetall(HEARTBEATS))
+        beats = {}
+        for agent, kept in found.items():
+            at_us, _, body = kept.partition(_FIELD_SEPARATOR)
+            beats[agent] = (from_micros(int(at_us)), body)
+        return beats
 
     async def clear_failures(self, credential_id: str) -> None:
         """Forget the credential's failures (every kind)."""

@@ -191,7 +191,9 @@ def test_a_real_agents_heartbeat_shows_its_running_tool(
         turn = threading.Thread(target=run_turn, name="page-turn")
         turn.start()
         try:
-            assert page.wait_for(TOOL, lambda t: bool(t)) == "Bash: make test-page"
+            # A beat before the CLI's tool line arrives shows the turn as "starting".
+            shown = page.wait_for(TOOL, lambda t: t == "Bash: make test-page")
+            assert shown == "Bash: make test-page"
         finally:
             turn.join(30)
         assert answers == [200]

@@ -136,6 +136,35 @@ def test_walk_refuses_an_unreadable_token_file_and_an_unknown_store(
     assert "store URL" in err
 
 
+@pytest.mark.parametrize(
+    ("listen", "token", "says"),
+    [
+        pytest.param("127.0.0.1", "tsec-svc-0123456789", "--listen must be", id="no port"),
+        pytest.param("127.0.0.1:99999", "tsec-svc-0123456789", "--listen must", id="bad port"),
+        pytest.param("127.0.0.1:1", None, "service token file", id="no token file"),
+        pytest.param("127.0.0.1:1", "tsec svc", "service token in", id="a token with a space"),
+    ],
+)
+def test_serve_refuses_what_it_cannot_use(
+    pool_file: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    listen: str,
+    token: str | None,
+    says: str,
+) -> None:
+    """Exit 2 with one line naming the flag or file, never the token; nothing served."""
+    token_file = tmp_path / "svc-token"
+    if token is not None:
+        token_file.write_text(token)
+    argv = ["pool", "serve", "--pool", str(pool_file), "--listen", listen]
+    argv += ["--token-file", str(token_file), "--store", f"sqlite:///{tmp_path}/s.db"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert says in err
+    assert "tsec" not in err
+
+
 def test_walk_exits_1_when_the_server_cannot_be_reached(
     pool_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -10,6 +10,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import SecretStr
 
+from agent_server.controller.client import AgentClient
 from agent_server.controller.service import route_table
 from agent_server.controller.service.openapi import openapi_document
 from tests.support.mock_agent import MockAgent, Verdict
@@ -237,3 +238,23 @@ def _sample(text: str, name: str, **labels: str) -> float | None:
             if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
                 return sample.value
     return None
+
+
+async def test_an_unreachable_agent_is_a_502_and_a_failed_async_turn(store_url: str) -> None:
+    """Nothing listens at the agent's url: a sync turn is a 502 naming the error's kind;
+    an async one reads back as failed."""
+    client = AgentClient("http://127.0.0.1:1", SecretStr(AGENT_TOKEN), timeout_s=2)
+    async with serving(store_url, {"a1": client}) as served:
+        sync = await served.http.post("/v1/agents/a1/turns", json={"message": "x"})
+        body = {"message": "x", "execution_id": "t-4", "async": True}
+        assert (await served.http.post("/v1/agents/a1/turns", json=body)).status_code == 202
+        for _ in range(200):
+            later = await served.http.get("/v1/turns/t-4")
+            if later.status_code == 200:
+                break
+            await asyncio.sleep(0.01)
+    assert (sync.status_code, sync.json()) == (
+        502,
+        {"error": "agent_unreachable", "message": "TransportError"},
+    )
+    assert later.json() == {"execution_id": "t-4", "state": "failed", "error": "TransportError"}

@@ -49,3 +49,14 @@ async def test_a_quiet_stream_sends_keepalive_comments() -> None:
     await anext(stream)
     assert await anext(stream) == ": keepalive\n\n"
     await stream.aclose()
+
+
+async def test_closing_ends_every_stream_after_its_events() -> None:
+    """At shutdown each stream gets what was queued, then ends."""
+    broadcast = Broadcast()
+    stream = broadcast.stream()
+    await anext(stream)
+    broadcast.publish("walk", {"n": 1})
+    broadcast.close()
+    assert [chunk.split("\n")[0] async for chunk in stream] == ["event: walk"]
+    assert broadcast.subscribers == 0

@@ -146,6 +146,17 @@ async def test_a_gateway_cooldown_is_set_and_cleared(store: PoolStore) -> None:
     assert (await store.snapshot()).gateway_until == {}
 
 
+async def test_an_agents_latest_heartbeat_is_kept(store: PoolStore) -> None:
+    """One a agent, the latest replacing the one before, body as given (tabs too)."""
+    await store.record_heartbeat("a", T0, '{"memory_mb": 1}')
+    await store.record_heartbeat("a", T0 + timedelta(seconds=5), '{"s": "x\ty"}')
+    await store.record_heartbeat("b", T0, "{}")
+    assert await store.heartbeats() == {
+        "a": (T0 + timedelta(seconds=5), '{"s": "x\ty"}'),
+        "b": (T0, "{}"),
+    }
+
+
 def _retry(retry_id: str, due: datetime = T0, turn: str = "exec-1") -> ScheduledRetry:
     return ScheduledRetry("a", retry_id, due, 1, turn, T0)
 
