@@ -308,4 +308,11 @@ def _heartbeat(settings: Settings, services: Services) -> Heartbeat | None:
         return turns
 
     url = heartbeat_url(settings.callback_url, settings.agent_name)
-    return Heartbeat(url, settings.callback_key, running, services.redactor.redact)
+    return Heartbeat(
+        url,
+        settings.callback_key,
+        running,
+        services.redactor.redact,
+        settings.heartbeat_interval_s,
+        services.metrics,
+    )

@@ -19,6 +19,9 @@ from pydantic import SecretStr
 from agent_server.errors import ConfigError
 from agent_server.logs import choose_log_format
 from agent_server.process.spawn_user import SPAWN_USER_VARIABLE, SpawnUser, resolve_spawn_user
+from agent_server.records.heartbeat import INTERVAL_S as HEARTBEAT_INTERVAL_S
+from agent_server.records.heartbeat import MAX_INTERVAL_S as MAX_HEARTBEAT_INTERVAL_S
+from agent_server.records.heartbeat import MIN_INTERVAL_S as MIN_HEARTBEAT_INTERVAL_S
 from agent_server.runtimes import RUNTIME_NAMES, adapter_for
 from agent_server.wire.names import BYPASS_PERMISSIONS
 
@@ -54,6 +57,8 @@ class Settings:
     """`AGENT_SERVER_SPAWN_USER`: whom every spawn runs as (None: the server's own uid)."""
     broker: bool = False
     """`AGENT_SERVER_BROKER=1`: Claude Code's credentials reach only the broker (§4.8)."""
+    heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S
+    """`AGENT_SERVER_HEARTBEAT_INTERVAL_S`: how often the heartbeat is sent (§8)."""
 
     @property
     def override_file(self) -> Path:
@@ -106,6 +111,12 @@ class Settings:
             baseline_env={**environ, **(spawn_user.environ() if spawn_user else {})},
             spawn_user=spawn_user,
             broker=_flag(environ, "AGENT_SERVER_BROKER"),
+            heartbeat_interval_s=_number(
+                environ,
+                "AGENT_SERVER_HEARTBEAT_INTERVAL_S",
+                HEARTBEAT_INTERVAL_S,
+                bounds=(MIN_HEARTBEAT_INTERVAL_S, MAX_HEARTBEAT_INTERVAL_S),
+            ),
         )
 
     @classmethod
@@ -158,7 +169,13 @@ def _integer(
     return value
 
 
-def _number(environ: Mapping[str, str], name: str, default: float) -> float:
+def _number(
+    environ: Mapping[str, str],
+    name: str,
+    default: float,
+    *,
+    bounds: tuple[float, float] | None = None,
+) -> float:
     raw = environ.get(name)
     if raw is None or raw.strip() == "":
         return default
@@ -168,6 +185,9 @@ def _number(environ: Mapping[str, str], name: str, default: float) -> float:
         value = -1.0
     if not value >= 0 or value == float("inf"):
         msg = f"{name}={raw!r} is not a non-negative number of seconds"
+        raise ConfigError(msg)
+    if bounds is not None and not bounds[0] <= value <= bounds[1]:
+        msg = f"{name}={raw!r} is not a number of seconds in {bounds[0]:g}..{bounds[1]:g}"
         raise ConfigError(msg)
     return value
 

@@ -57,6 +57,12 @@ class Metrics:
             ["result"],
             registry=self.registry,
         )
+        self.heartbeats = Counter(
+            "agent_server_heartbeats",
+            "Liveness heartbeats to the controller by result (sent, failed).",
+            ["result"],
+            registry=self.registry,
+        )
         self.retention_failures = Counter(
             "agent_server_result_retention_failures",
             "Terminal answers that could not be retained on disk.",

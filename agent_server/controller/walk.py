@@ -107,6 +107,8 @@ class Walk:
         self.stopped = stopped
         self.started_at = self.clock()
         self.switching = False
+        self.busy: set[str] = set()
+        """Credentials passed over at their ceiling: they serve, they were only full."""
 
     async def run(self) -> WalkResult:
         """Climb the ladder until a credential serves, none is left, or time runs out."""
@@ -169,7 +171,9 @@ class Walk:
     def _view(self) -> PoolView:
         agent = self.turn.agent
         allowed = agent not in self.pool.api_key_opt_outs
-        return PoolView.of(self.pool.infos, self.snapshot, agent, api_key_allowed=allowed)
+        return PoolView.of(
+            self.pool.infos, self.snapshot, agent, api_key_allowed=allowed, now=self.clock()
+        )
 
     def _context(self) -> TurnContext:
         return TurnContext(self.clock(), self.turn.interactive, frozenset(self.tried), self.legacy)
@@ -203,6 +207,7 @@ class Walk:
             rung.credential_id, holder, ceiling=ceiling, at=now, until=until
         )
         if not taken:
+            self.busy.add(rung.credential_id)
             note = f"at ceiling ({ceiling} turns in flight)"
             self.announce(
                 WalkPhase.AT_CEILING, self.turn.agent, credential_id=rung.credential_id, note=note
@@ -285,9 +290,18 @@ class Walk:
             if agent in self.snapshot.gateway_until:
                 await self.store.set_gateway_until(agent, None)
                 self.announce(WalkPhase.SWITCHED_BACK, agent, credential_id=ran.credential_id)
-            if self.assignment is None or ran.credential_id != self.assignment.credential_id:
+            if self._moves(ran.credential_id):
                 committed = await self._commit(ran.credential_id, reply.answer.metadata.generation)
         return self._result("served", served_by=served_by, committed=committed, answer=reply.answer)
+
+    def _moves(self, served_by: str) -> bool:
+        """Affinity: the agent moves to the subscription that served only when its own
+        did not serve; one that was merely at its ceiling still serves, so the agent
+        keeps it (a burst does not flip agents between accounts)."""
+        if self.assignment is None:
+            return True
+        assigned = self.assignment.credential_id
+        return served_by != assigned and assigned not in self.busy
 
     async def _refused(self, ran: Rung | None, error: AgentError) -> WalkResult | None:
         """A failed attempt: recorded against the credential that ran (`ran`; nobody's

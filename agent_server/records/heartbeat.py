@@ -7,6 +7,10 @@ The running turns come from a snapshot callable given by the composition root (t
 layer may not import execution). Tool names and summaries are agent output: bounded,
 stripped of control characters and redacted here. A heartbeat never blocks a turn and
 fails silently (a DEBUG line and a counter).
+
+The interval is `INTERVAL_S` unless `AGENT_SERVER_HEARTBEAT_INTERVAL_S` says otherwise
+(config.py bounds it to `MIN_INTERVAL_S`..`MAX_INTERVAL_S`): a controller that wants
+liveness sooner, or a test that cannot wait 5 s a beat.
 """
 
 from __future__ import annotations
@@ -21,10 +25,16 @@ from typing import Any
 
 from pydantic import SecretStr
 
+from agent_server.metrics import Metrics
+
 logger = logging.getLogger(__name__)
 
 INTERVAL_S = 5.0
 """How often the heartbeat is sent."""
+MIN_INTERVAL_S = 0.5
+"""No faster: a beat a turn's tool change would flood the controller."""
+MAX_INTERVAL_S = 300.0
+"""No slower: a controller would take the agent for dead."""
 ATTEMPT_TIMEOUT_S = 2.0
 """How long one heartbeat may take; a slow controller never holds the next one up."""
 STOP_S = 1.0
@@ -83,6 +93,7 @@ class Heartbeat:
         running: Callable[[], Sequence[RunningTurn]],
         redact: Callable[[str], str],
         interval_s: float = INTERVAL_S,
+        metrics: Metrics | None = None,
     ) -> None:
         self.url = url
         self._key = key
@@ -91,6 +102,7 @@ class Heartbeat:
         self._interval_s = interval_s
         self._started = time.monotonic()
         self._task: asyncio.Task[None] | None = None
+        self._metrics = metrics
         self.failures = 0
 
     def start(self) -> None:
@@ -121,6 +133,9 @@ class Heartbeat:
                 if outcome is not None:
                     self.failures += 1
                     logger.debug("heartbeat not delivered: %s", outcome)
+                if self._metrics is not None:
+                    result = "sent" if outcome is None else "failed"
+                    self._metrics.heartbeats.labels(result=result).inc()
                 await asyncio.sleep(self._interval_s)
 
 

@@ -511,3 +511,15 @@ def test_hadolint_is_clean() -> None:
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_image_holds_the_pool_service(parsed: tuple[list[Instruction], list[Stage]]) -> None:
+    """`agent-server pool serve` runs from the image: the build installs the `controller`
+    extra (its Redis store) and checks the command, the store and the page are there."""
+    _, stages = parsed
+    (build,) = [s for s in stages if s.name == "python-build"]
+    command = " ".join(run.args for run in build.of("RUN"))
+    assert 'pip install "/src[controller]"' in command, command
+    assert "agent-server pool serve --help" in command, command
+    assert "import agent_server.controller.stores.redis" in command, command
+    assert "joinpath('page.html').is_file()" in command, command

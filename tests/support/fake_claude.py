@@ -16,7 +16,7 @@ Directives, one a line in the prompt, run in order (see tests/support/README.md)
 ``@escape setsid|double-fork S``, ``@read-parent``,
 ``@print-bytes N``, ``@echo-env NAME``, ``@stderr TEXT``, ``@exit N``,
 ``@result``, ``@kill-self``, ``@ignore-sigterm``, ``@unknown-session``, ``@root-refusal``,
-``@api-retry N``.
+``@api-retry N``, ``@tool NAME COMMAND``.
 """
 
 from __future__ import annotations
@@ -230,6 +230,14 @@ class Turn:
             "fast_mode_state": "off",
         }
 
+    def tool_use(self, name: str, command: str) -> dict[str, Any]:
+        """Return an assistant event calling tool ``name`` with ``command`` as its input."""
+        event = self.assistant("")
+        block = {"type": "tool_use", "id": "toolu_fake", "name": name,
+                 "input": {"command": command}}  # fmt: skip
+        event["message"]["content"] = [block]
+        return event
+
     def assistant(self, text: str) -> dict[str, Any]:
         """Return an assistant event holding ``text``."""
         return {
@@ -429,6 +437,9 @@ def run(turn: Turn) -> int:
                          "error_status": 529, "error": "overloaded_error"}  # fmt: skip
                 write_event({"type": "system", "subtype": "api_retry", **retry,
                              "session_id": turn.session_id})  # fmt: skip
+            case "tool":  # an assistant line calling a tool, as the CLI streams one
+                tool, _, command = arg.partition(" ")
+                write_event(turn.tool_use(tool, command))
             case "print-bytes":
                 turn.print_bytes(int(arg))
             case "echo-env":

@@ -69,6 +69,9 @@ def test_the_controller_token_is_secret_and_stripped() -> None:
         pytest.param("AGENT_SERVER_SHUTDOWN_GRACE_S", "-1", id="a negative grace"),
         pytest.param("AGENT_SERVER_INSECURE_NO_AUTH", "maybe", id="a non-boolean flag"),
         pytest.param("AGENT_SERVER_LOG_FORMAT", "xml", id="an unknown log format"),
+        pytest.param("AGENT_SERVER_HEARTBEAT_INTERVAL_S", "0.1", id="a heartbeat flood"),
+        pytest.param("AGENT_SERVER_HEARTBEAT_INTERVAL_S", "301", id="a heartbeat too rare"),
+        pytest.param("AGENT_SERVER_HEARTBEAT_INTERVAL_S", "inf", id="no heartbeat at all"),
     ],
 )
 def test_bad_values_are_refused(name: str, value: str) -> None:
@@ -124,3 +127,20 @@ def test_the_log_format_follows_the_terminal_unless_set(
     if configured is not None:
         environ["AGENT_SERVER_LOG_FORMAT"] = configured
     assert Settings.from_environ(environ, isatty=isatty).log_format == chosen
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        pytest.param(None, 5.0, id="unset: every 5 s"),
+        pytest.param(" ", 5.0, id="blank: every 5 s"),
+        pytest.param("0.5", 0.5, id="the fastest allowed"),
+        pytest.param("300", 300.0, id="the slowest allowed"),
+    ],
+)
+def test_the_heartbeat_interval(value: str | None, expected: float) -> None:
+    """`AGENT_SERVER_HEARTBEAT_INTERVAL_S` sets the interval within its bounds."""
+    environ = {"HOME": "/h"}
+    if value is not None:
+        environ["AGENT_SERVER_HEARTBEAT_INTERVAL_S"] = value
+    assert Settings.from_environ(environ).heartbeat_interval_s == expected

@@ -19,6 +19,9 @@
 
     [agent.ci-bot]
     api_key = false                # this agent never falls back to the platform key
+    url = "http://ci-bot:8000"     # its agent-server (for `pool serve`), with
+    token_file = "/run/secrets/ci-bot"  # the controller token it takes (and sends back
+                                   # as its heartbeat's bearer)
 
 A secret is never written in the file: `secret = …` is refused. At most one `api_key`
 and one `gateway`; ids are unique. Every error names the entry and the key, never a
@@ -32,7 +35,7 @@ import os
 import re
 import tomllib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -50,7 +53,7 @@ AGENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 _CREDENTIAL_KEYS = frozenset(
     {"id", "kind", "secret_env", "secret_file", "base_url", "model", "max_concurrent_turns"}
 )
-_AGENT_KEYS = frozenset({"api_key"})
+_AGENT_KEYS = frozenset({"api_key", "url", "token_file"})
 _LIMIT_KEYS = frozenset({"max_concurrent_turns", "probe_spacing_seconds"})
 DEFAULT_PROBE_SPACING_SECONDS = 60
 """Probes of one credential at most once a minute unless the pool file says otherwise."""
@@ -86,6 +89,16 @@ class PoolCredential:
 
 
 @dataclass(frozen=True)
+class PoolAgent:
+    """An agent the pool file names with its server: where `pool serve` reaches it."""
+
+    name: str
+    url: str
+    token: SecretStr = field(repr=False)
+    """Its controller token: sent to its server, and the bearer of its heartbeat."""
+
+
+@dataclass(frozen=True)
 class Pool:
     """The credentials in file order, and each agent's opt-outs."""
 
@@ -96,6 +109,8 @@ class Pool:
     """The ceiling of a credential that names none (None: no ceiling)."""
     probe_spacing_seconds: float = DEFAULT_PROBE_SPACING_SECONDS
     """The least time between two probes of one credential."""
+    agents: Mapping[str, PoolAgent] = field(default_factory=dict)
+    """The agents named with a `url` and `token_file`, by name."""
     _by_id: dict[str, PoolCredential] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -162,8 +177,11 @@ def parse_pool(document: Mapping[str, Any], environ: Mapping[str, str], base: Pa
         msg = "pool file: no [[credential]] entries"
         raise PoolFileError(msg)
     credentials = tuple(_credential(n, e, environ, base) for n, e in enumerate(entries, 1))
-    pool = _checked(credentials, _opt_outs(document.get("agent", {})), "pool file")
-    return _with_limits(pool, document.get("limits", {}))
+    tables = _agent_tables(document.get("agent", {}))
+    pool = _checked(credentials, _opt_outs(tables), "pool file")
+    pool = _with_limits(pool, document.get("limits", {}))
+    agents = {name: a for name, t in tables.items() if (a := _agent(name, t, base)) is not None}
+    return replace(pool, agents=agents)
 
 
 def _with_limits(pool: Pool, limits: object) -> Pool:
@@ -318,19 +336,50 @@ def _secret(where: str, entry: dict[str, Any], environ: Mapping[str, str], base:
     return SecretStr(value)
 
 
-def _opt_outs(agents: object) -> frozenset[str]:
+def _agent_tables(agents: object) -> dict[str, dict[str, Any]]:
+    """The `[agent.NAME]` tables, each named well and holding only known keys."""
     if not isinstance(agents, dict):
         msg = "pool file: [agent.NAME] tables expected"
         raise PoolFileError(msg)
-    opted_out = set()
     for name, policy in agents.items():
         if not AGENT_NAME.fullmatch(name) or not isinstance(policy, dict):
             msg = f"pool file: agent {name!r} must be a table named like {AGENT_NAME.pattern}"
             raise PoolFileError(msg)
         unknown = set(policy) - _AGENT_KEYS
-        if unknown or not isinstance(policy.get("api_key", True), bool):
-            msg = f"pool file: agent {name!r} takes only api_key = true|false"
+        if unknown:
+            msg = f"pool file: agent {name!r} takes only {', '.join(sorted(_AGENT_KEYS))}"
             raise PoolFileError(msg)
-        if policy.get("api_key") is False:
-            opted_out.add(name)
-    return frozenset(opted_out)
+        if not isinstance(policy.get("api_key", True), bool):
+            msg = f"pool file: agent {name!r}: api_key must be true or false"
+            raise PoolFileError(msg)
+    return agents
+
+
+def _opt_outs(tables: Mapping[str, Mapping[str, Any]]) -> frozenset[str]:
+    return frozenset(name for name, policy in tables.items() if policy.get("api_key") is False)
+
+
+def _agent(name: str, table: Mapping[str, Any], base: Path) -> PoolAgent | None:
+    """The agent's server (`url`) and controller token (`token_file`): both or neither."""
+    where = f"pool file: agent {name!r}"
+    url, file = table.get("url"), table.get("token_file")
+    if url is None and file is None:
+        return None
+    if not isinstance(url, str) or not isinstance(file, str):
+        msg = f"{where}: give both url and token_file, as strings"
+        raise PoolFileError(msg)
+    try:
+        check_url(url)
+    except ValueError as exc:
+        msg = f"{where}: url {exc}"
+        raise PoolFileError(msg) from exc
+    try:
+        value = (base / file).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        msg = f"{where}: token_file {file} cannot be read ({type(exc).__name__})"
+        raise PoolFileError(msg) from exc
+    problem = secret_problem(value)
+    if problem is not None:
+        msg = f"{where}: the token in token_file {file} {problem}"
+        raise PoolFileError(msg)
+    return PoolAgent(name, url.rstrip("/"), SecretStr(value))

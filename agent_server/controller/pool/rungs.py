@@ -4,7 +4,8 @@
    (pre-dispatch: the first attempt then goes to the next rung); but always when it was
    assigned after its last failure (an operator's choice, or a commit on a service);
 2. the other subscriptions with no failure in the skip window, ranked by headroom
-   (`standing.headroom_key`); a fresh refusal is dropped;
+   (`standing.headroom_key`: bands of headroom, then fewest agents, then fewest turns
+   in flight); a fresh refusal is dropped;
 3. last resorts, from the skip list: an interactive turn takes any untried one, an
    autonomous one only those whose last failure is `LAST_RESORT_AGE` old; the oldest
    failure first;
@@ -79,12 +80,20 @@ class PoolView:
         agent: str,
         *,
         api_key_allowed: bool = True,
+        now: datetime | None = None,
     ) -> PoolView:
-        """The view of `agent` over the credentials `infos` from a store's snapshot."""
+        """The view of `agent` over the credentials `infos` from a store's snapshot; turns
+        in flight are the leases not ended by `now` (None: every lease kept)."""
         agents = Counter(a.credential_id for a in snapshot.assignments.values())
         failures, readings = snapshot.failures, snapshot.readings
         standings = tuple(
-            Standing(info, failures.get(info.id, _NONE), readings.get(info.id), agents[info.id])
+            Standing(
+                info,
+                failures.get(info.id, _NONE),
+                readings.get(info.id),
+                agents[info.id],
+                snapshot.in_flight(info.id, now),
+            )
             for info in infos
         )
         return cls(
@@ -157,8 +166,9 @@ def _chosen_since(standing: Standing, assignment: Assignment | None) -> bool:
 
 def first_subscription(view: PoolView, now: datetime) -> str:
     """A new agent's first subscription, by the ranking every turn uses (headroom bands,
-    then fewest agents, then the id): new agents spread over the pool's accounts. One
-    that is walled or failed recently comes only when no other is left."""
+    then fewest agents, then fewest turns in flight, then the id): new agents spread over
+    the pool's accounts. One that is walled or failed recently comes only when no other
+    is left."""
     subscriptions = [s for s in view.standings if s.info.kind == "subscription"]
     open_ = [s for s in subscriptions if walled(s, now) is None and not failed_recently(s, now)]
     return min(open_ or subscriptions, key=lambda s: headroom_key(s, now)).info.id

@@ -57,6 +57,8 @@ class Standing(NamedTuple):
     reading: Reading | None = None
     agents: int = 0
     """How many agents are assigned to it."""
+    in_flight: int = 0
+    """How many turns run on it now, across the fleet (its leases)."""
 
     @property
     def last_failure(self) -> Failure | None:
@@ -183,14 +185,14 @@ def fullness(reading: Reading | None, now: datetime) -> float | None:
     return max((use for use in uses if use is not None), default=None)
 
 
-def headroom_key(standing: Standing, now: datetime) -> tuple[int, int, int, str]:
+def headroom_key(standing: Standing, now: datetime) -> tuple[int, int, int, int, str]:
     """Ranking: measured with room first, then unmeasured, then measured full (a window
     at or over 100%); within each, the fuller window in 10-point bands, then fewest
-    agents, then the id."""
+    agents, then fewest turns in flight, then the id."""
     full = None if standing.reading is None else fullness(standing.reading, now)
     band = 0 if full is None else min(int(full * 10 + 1e-9), 10)
     group = 1 if full is None else (2 if full >= 1.0 else 0)
-    return (group, band, standing.agents, standing.info.id)
+    return (group, band, standing.agents, standing.in_flight, standing.info.id)
 
 
 def refused_recently(standing: Standing, now: datetime) -> bool:

@@ -116,9 +116,10 @@ class ScheduledRetry:
     """A turn waiting for capacity: its retry, due at the earliest known reset.
 
     Keyed by its turn (`turn_ref`, the controller's own name for it; the CLI uses the
-    execution id): each waiting turn of an agent keeps its own. The library never keeps
-    a prompt. A retry is claimed in the store before it runs (`claimed_until`: the
-    claim's lease); a claim whose controller died is re-armed when the lease ends.
+    execution id): each waiting turn of an agent keeps its own. The walk never keeps a
+    prompt (`request` is the scheduling controller's choice). A retry is claimed in the
+    store before it runs (`claimed_until`: the claim's lease); a claim whose controller
+    died is re-armed when the lease ends.
     """
 
     agent: str
@@ -128,6 +129,10 @@ class ScheduledRetry:
     turn_ref: str
     scheduled_at: datetime
     claimed_until: datetime | None = None
+    request: str | None = None
+    """What the controller that scheduled it keeps to run the turn again (`pool serve`:
+    the turn's request as JSON, so any instance sharing the store can run it). The walk
+    itself leaves it None."""
 
 
 @dataclass(frozen=True)
@@ -144,6 +149,15 @@ class PoolSnapshot:
     """By agent: its turns go to the gateway first until then (after the gateway served)."""
     retries: Mapping[str, ScheduledRetry] = field(default_factory=dict)
     """By turn (`turn_ref`): every waiting turn's retry."""
+    leases: Mapping[str, tuple[datetime, ...]] = field(default_factory=dict)
+    """By credential id: the end of each lease held (its turns in flight). An ended lease
+    lingers until the store next prunes it, so count them with `in_flight`."""
+
+    def in_flight(self, credential_id: str, now: datetime | None = None) -> int:
+        """The credential's turns in flight: its leases not ended by `now` (None: every
+        lease kept)."""
+        ends = self.leases.get(credential_id, ())
+        return len(ends) if now is None else sum(1 for end in ends if end > now)
 
     def retries_of(self, agent: str) -> list[ScheduledRetry]:
         """The agent's waiting turns, the earliest due first."""

@@ -49,6 +49,8 @@ class CredentialRow:
     """Its latest failure of each kind (recent or not: the operator judges)."""
     reading: Reading | None = None
     """Its latest reading, with its instant (its age)."""
+    in_flight: int = 0
+    """Its turns in flight across the fleet now (its live leases)."""
 
     def as_json(self) -> dict[str, Any]:
         """The row as `pool status --json` prints it."""
@@ -69,6 +71,7 @@ class CredentialRow:
                 for kind, f in sorted(self.failures.items())
             },
             "reading": None if self.reading is None else _reading_json(self.reading),
+            "in_flight": self.in_flight,
         }
 
 
@@ -76,7 +79,7 @@ def pool_rows(
     infos: Iterable[CredentialInfo], snapshot: PoolSnapshot, now: datetime
 ) -> list[CredentialRow]:
     """One row a credential, in pool-file order."""
-    view = PoolView.of(infos, snapshot, agent="")
+    view = PoolView.of(infos, snapshot, agent="", now=now)
     return [_row(standing, snapshot, now) for standing in view.standings]
 
 
@@ -99,6 +102,7 @@ def _row(standing: Standing, snapshot: PoolSnapshot, now: datetime) -> Credentia
         assigned_agents=snapshot.agents_on(standing.info.id),
         failures=dict(standing.failures),
         reading=reading,
+        in_flight=standing.in_flight,
     )
 
 

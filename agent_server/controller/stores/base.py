@@ -12,6 +12,8 @@ A store keeps, and a walk reads in one snapshot:
 - every waiting turn's retry, keyed by turn: claimed atomically before it runs (so two
   controllers never both run it), and removed once it ran; a claim carries a lease,
   after which a controller that died holding it is taken to have died;
+- each agent's latest heartbeat (its instant and its checked JSON body), so every
+  `pool serve` instance shows every agent's liveness;
 - leases: each credential's turns in flight across the fleet, one a holder with an
   expiry, taken only under the credential's ceiling (so of N racing holders exactly
   the ceiling's worth win), renewed while a turn runs, released at its end; a lease
@@ -105,6 +107,12 @@ class PoolStore(Protocol):
     async def claim_probe(self, credential_id: str, *, at: datetime, spacing: timedelta) -> bool:
         """Record a probe of the credential at `at` unless one was recorded less than
         `spacing` before: True for the prober (atomic across controllers)."""
+
+    async def record_heartbeat(self, agent: str, at: datetime, body: str) -> None:
+        """Keep `body` (JSON, checked by the caller) as the agent's latest heartbeat."""
+
+    async def heartbeats(self) -> dict[str, tuple[datetime, str]]:
+        """Every agent's latest heartbeat: its instant and its body."""
 
     async def clear_failures(self, credential_id: str) -> None:
         """Forget every failure of a credential (its token was rotated)."""

@@ -131,6 +131,7 @@ def encode_retry(retry: ScheduledRetry) -> str:
             "turn_ref": retry.turn_ref,
             "scheduled_at": to_micros(retry.scheduled_at),
         }
+        | ({} if retry.request is None else {"request": retry.request})
     )
 
 
@@ -149,4 +150,5 @@ def decode_retry(text: str) -> ScheduledRetry:
         data.get("assignment_generation"),
         data["turn_ref"],
         from_micros(data["scheduled_at"]),
+        request=data.get("request"),
     )

@@ -54,6 +54,7 @@ CREDENTIALS, ASSIGNMENTS, FAILURES, READINGS, COOLDOWNS, RETRIES, CLAIMS = (
     )
 )
 PROBES = PREFIX + "probes"
+HEARTBEATS = PREFIX + "heartbeats"
 LEASES = PREFIX + "leases:"
 """Followed by a credential id: that credential's leases."""
 _FIELD_SEPARATOR = "\t"
@@ -175,9 +176,11 @@ class RedisStore:
         async with self._redis.pipeline(transaction=True) as pipe:
             for key in (ASSIGNMENTS, FAILURES, READINGS, COOLDOWNS, RETRIES, CLAIMS):
                 pipe.hgetall(key)
+            pipe.hkeys(CREDENTIALS)
             answered = await self._call(pipe.execute())
-        assignments, failures, readings, cooldowns, retries, claims = answered
+        assignments, failures, readings, cooldowns, retries, claims, idents = answered
         return PoolSnapshot(
+            leases=await self._leases(idents),
             assignments={a: decode_assignment(a, body) for a, body in assignments.items()},
             failures=decode_failures(
                 (field.partition(_FIELD_SEPARATOR)[0], body) for field, body in failures.items()
@@ -189,6 +192,21 @@ class RedisStore:
                 for turn, body in retries.items()
             },
         )
+
+    async def _leases(self, idents: Sequence[str]) -> dict[str, tuple[datetime, ...]]:
+        """Each credential's lease ends, in one round trip after the snapshot's: they only
+        rank candidates, and the ceiling is enforced by `acquire_lease`, not by this."""
+        if not idents:
+            return {}
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for ident in idents:
+                pipe.zrange(LEASES + ident, 0, -1, withscores=True)
+            answered = await self._call(pipe.execute())
+        return {
+            ident: tuple(from_micros(int(score)) for _, score in held)
+            for ident, held in zip(idents, answered, strict=True)
+            if held
+        }
 
     async def assignment(self, agent: str) -> Assignment | None:
         """The agent's assignment, if any."""
@@ -276,6 +294,20 @@ class RedisStore:
             self._take_retry(keys=[RETRIES, CLAIMS], args=[turn_ref, retry_id])
         )
         return bool(taken)
+
+    async def record_heartbeat(self, agent: str, at: datetime, body: str) -> None:
+        """Replace the agent's heartbeat (`micros<TAB>body`)."""
+        kept = f"{to_micros(at)}{_FIELD_SEPARATOR}{body}"
+        await self._call(self._redis.hset(HEARTBEATS, agent, kept))
+
+    async def heartbeats(self) -> dict[str, tuple[datetime, str]]:
+        """Every agent's latest heartbeat."""
+        found: dict[str, str] = await self._call(self._redis.hgetall(HEARTBEATS))
+        beats = {}
+        for agent, kept in found.items():
+            at_us, _, body = kept.partition(_FIELD_SEPARATOR)
+            beats[agent] = (from_micros(int(at_us)), body)
+        return beats
 
     async def clear_failures(self, credential_id: str) -> None:
         """Forget the credential's failures (every kind)."""

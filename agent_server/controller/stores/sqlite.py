@@ -62,6 +62,8 @@ CREATE TABLE IF NOT EXISTS turn_retries (turn_ref TEXT PRIMARY KEY, retry_id TEX
 CREATE TABLE IF NOT EXISTS leases (credential_id TEXT NOT NULL, holder TEXT NOT NULL,
     until_us INTEGER NOT NULL, PRIMARY KEY (credential_id, holder));
 CREATE TABLE IF NOT EXISTS probes (credential_id TEXT PRIMARY KEY, at_us INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS heartbeats (
+    agent TEXT PRIMARY KEY, at_us INTEGER NOT NULL, body TEXT NOT NULL);
 """
 # The one-a-agent `retries` table of earlier versions is left as it is and not read.
 
@@ -300,6 +302,19 @@ class SqliteStore:
 
         return await self._run(claim)
 
+    async def record_heartbeat(self, agent: str, at: datetime, body: str) -> None:
+        """Replace the agent's heartbeat."""
+        await self._write(
+            "INSERT OR REPLACE INTO heartbeats VALUES (?, ?, ?)", (agent, micros(at), body)
+        )
+
+    async def heartbeats(self) -> dict[str, tuple[datetime, str]]:
+        """Every agent's latest heartbeat."""
+        rows = await self._run(
+            lambda db: db.execute("SELECT agent, at_us, body FROM heartbeats").fetchall()
+        )
+        return {agent: (from_micros(at_us), body) for agent, at_us, body in rows}
+
     async def clear_failures(self, credential_id: str) -> None:
         """Forget the credential's failures."""
         await self._write("DELETE FROM failures WHERE credential_id = ?", (credential_id,))
@@ -350,7 +365,12 @@ def _snapshot(db: sqlite3.Connection) -> PoolSnapshot:
         readings = db.execute("SELECT credential_id, body FROM readings").fetchall()
         cooldowns = db.execute("SELECT agent, until_us FROM gateway_cooldowns").fetchall()
         retries = db.execute("SELECT turn_ref, body, claimed_us FROM turn_retries").fetchall()
+        leases = db.execute("SELECT credential_id, until_us FROM leases").fetchall()
+    ends: dict[str, list[datetime]] = {}
+    for credential_id, until_us in leases:
+        ends.setdefault(credential_id, []).append(from_micros(until_us))
     return PoolSnapshot(
+        leases={ident: tuple(held) for ident, held in ends.items()},
         assignments={row[0]: _assignment(row) for row in assignments},
         failures=decode_failures(failures),
         readings={c: decode_reading(c, body) for c, body in readings},

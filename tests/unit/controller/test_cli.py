@@ -44,6 +44,8 @@ async def _seed(url: str) -> None:
     due = now + timedelta(minutes=5)
     await store.schedule_retry(ScheduledRetry("agent-1", "r1", due, 1, "job-7", now))
     await store.set_gateway_until("agent-2", now + timedelta(minutes=15))
+    until = now + timedelta(minutes=30)
+    assert await store.acquire_lease("b", "turn-1", ceiling=2, at=now, until=until)
     await store.close()
 
 
@@ -69,6 +71,7 @@ def test_pool_status_prints_one_row_a_credential(
         "assigned_agents",
         "failures",
         "reading",
+        "in_flight",
     }
     assert set(rows["a"]["failures"]) == {"rate_limit"}
     assert rows["b"]["reading"]["five_hour"]["utilization"] == 0.42
@@ -80,6 +83,7 @@ def test_pool_status_prints_one_row_a_credential(
     assert rows["a"]["resets_at"].endswith("Z")
     assert (rows["b"]["state"], rows["b"]["five_hour_use"]) == ("available", 0.42)
     assert rows["b"]["assigned_agents"] == ["agent-1"]
+    assert (rows["a"]["in_flight"], rows["b"]["in_flight"]) == (0, 1)
     assert main(["pool", "status", "--pool", str(pool_file), "--store", url]) == 0
     table = capsys.readouterr().out
     assert table.splitlines()[0].split() == [
@@ -130,6 +134,35 @@ def test_walk_refuses_an_unreadable_token_file_and_an_unknown_store(
     err = capsys.readouterr().err
     assert "cannot be read" in err
     assert "store URL" in err
+
+
+@pytest.mark.parametrize(
+    ("listen", "token", "says"),
+    [
+        pytest.param("127.0.0.1", "tsec-svc-0123456789", "--listen must be", id="no port"),
+        pytest.param("127.0.0.1:99999", "tsec-svc-0123456789", "--listen must", id="bad port"),
+        pytest.param("127.0.0.1:1", None, "service token file", id="no token file"),
+        pytest.param("127.0.0.1:1", "tsec svc", "service token in", id="a token with a space"),
+    ],
+)
+def test_serve_refuses_what_it_cannot_use(
+    pool_file: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    listen: str,
+    token: str | None,
+    says: str,
+) -> None:
+    """Exit 2 with one line naming the flag or file, never the token; nothing served."""
+    token_file = tmp_path / "svc-token"
+    if token is not None:
+        token_file.write_text(token)
+    argv = ["pool", "serve", "--pool", str(pool_file), "--listen", listen]
+    argv += ["--token-file", str(token_file), "--store", f"sqlite:///{tmp_path}/s.db"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert says in err
+    assert "tsec" not in err
 
 
 def test_walk_exits_1_when_the_server_cannot_be_reached(

@@ -431,6 +431,26 @@ async def test_a_credential_at_its_ceiling_is_passed_over_not_waited_for(
     assert await store.acquire_lease("b", "next", ceiling=1, at=NOW, until=later)
 
 
+async def test_an_agent_keeps_its_subscription_when_it_was_only_at_its_ceiling(
+    store: PoolStore,
+) -> None:
+    """Affinity: a was full, not refusing; b serves this turn, but the agent stays on a
+    (nothing committed, no reload) and its next turn goes to a again once a has room."""
+    pool = build_pool(_capped("a", "b"))
+    made = await _assign(store, "agent-1", "a")
+    later = NOW + timedelta(minutes=10)
+    assert await store.acquire_lease("a", "elsewhere", ceiling=1, at=NOW, until=later)
+    server = MockAgent({})
+    walker = Walker({"agent-1": server.client()}, store, pool, clock=lambda: NOW)
+    result = await walker.walk(WalkTurn("agent-1", "hi"))
+    assert (result.served_by, result.committed) == ("b", False)
+    assert await store.assignment("agent-1") == made
+    assert server.reloads == []
+    await store.release_lease("a", "elsewhere")
+    again = await walker.walk(WalkTurn("agent-1", "again"))
+    assert (again.served_by, server.ran()) == ("a", [B, A])
+
+
 async def test_every_credential_at_its_ceiling_waits_for_capacity(store: PoolStore) -> None:
     """Every slot is leased: nothing is sent; the turn waits as when nothing can serve."""
     pool = build_pool(_capped("a", "b"))

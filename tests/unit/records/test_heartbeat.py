@@ -14,6 +14,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from agent_server.metrics import Metrics
 from agent_server.records.heartbeat import (
     SUMMARY_CHARS,
     Heartbeat,
@@ -68,13 +69,20 @@ def test_heartbeat_reports_running_turns_bounded_and_redacted() -> None:
 
 
 def test_a_receiver_that_is_down_is_silent_and_stops_quickly() -> None:
+    """Every beat fails, counted as `failed` (none as `sent`); stopping takes under 2 s."""
+    metrics = Metrics()
+
     async def run() -> Heartbeat:
         beat = Heartbeat(
-            "http://127.0.0.1:9/api/agents/a/heartbeat", SecretStr("k"), list, str, 0.01
+            "http://127.0.0.1:9/api/agents/a/heartbeat", SecretStr("k"), list, str, 0.01, metrics
         )
         beat.start()
         await asyncio.sleep(0.3)
         await asyncio.wait_for(beat.stop(), 2)
         return beat
 
-    assert asyncio.run(run()).failures >= 1
+    failures = asyncio.run(run()).failures
+    assert failures >= 1
+    counted = metrics.registry.get_sample_value
+    assert counted("agent_server_heartbeats_total", {"result": "failed"}) == failures
+    assert counted("agent_server_heartbeats_total", {"result": "sent"}) is None

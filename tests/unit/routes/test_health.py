@@ -283,6 +283,7 @@ def test_metrics_is_prometheus_text_with_every_family(environ: dict[str, str]) -
         "agent_server_credential_generation": "gauge",
         "agent_server_spawn_suppressed_keys": "counter",
         "agent_server_result_callbacks": "counter",
+        "agent_server_heartbeats": "counter",
         "agent_server_result_retention_failures": "counter",
     }
 

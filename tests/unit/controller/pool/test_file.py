@@ -84,7 +84,19 @@ def test_a_whole_pool_file(tmp_path: Path) -> None:
         pytest.param(SUB + 'base_url = "https://x"\n', "belong to a gateway", id="a URL on a sub"),
         pytest.param(SUB + "colour = 1\n", "unknown keys", id="an unknown key"),
         pytest.param(
-            SUB + "[agent.x]\napi_key = 'no'\n", "api_key = true|false", id="a bad opt-out"
+            SUB + "[agent.x]\napi_key = 'no'\n", "api_key must be true or false", id="a bad opt-out"
+        ),
+        pytest.param(SUB + "[agent.x]\ncolour = 1\n", "takes only", id="an unknown agent key"),
+        pytest.param(
+            SUB + "[agent.x]\nurl = 'http://x:8000'\n", "both url and token_file", id="no token"
+        ),
+        pytest.param(
+            SUB + "[agent.x]\nurl = 'ftp://x'\ntoken_file = 't'\n", "url must be", id="a bad url"
+        ),
+        pytest.param(
+            SUB + "[agent.x]\nurl = 'http://x'\ntoken_file = 'absent'\n",
+            "agent 'x': token_file absent cannot be read",
+            id="an unreadable token file",
         ),
         pytest.param(SUB + "max_concurrent_turns = 0\n", "at least 1", id="a ceiling of no turns"),
         pytest.param(
@@ -104,6 +116,24 @@ def test_a_whole_pool_file(tmp_path: Path) -> None:
 def test_a_pool_file_that_cannot_be_used(tmp_path: Path, text: str, says: str) -> None:
     """Each mistake is a PoolFileError naming the entry and the key, never a secret."""
     with pytest.raises(PoolFileError, match=says.replace("[", r"\[").replace("|", r"\|")) as raised:
+        _load(tmp_path, text)
+    assert "tsec" not in str(raised.value)
+
+
+def test_agents_with_their_servers(tmp_path: Path) -> None:
+    """An agent's url and token (read from token_file, relative to the pool file) are kept;
+    an agent with only an opt-out has no server; a token with a space names the key."""
+    (tmp_path / "t1").write_text("tsec-agent-one-0123456789\n")
+    text = SUB + "[agent.a1]\nurl = 'http://a1:8000/'\ntoken_file = 't1'\n"
+    pool = _load(tmp_path, text + "[agent.a2]\napi_key = false\n")
+    assert isinstance(pool, Pool)
+    assert list(pool.agents) == ["a1"]
+    assert pool.agents["a1"].url == "http://a1:8000"
+    assert pool.agents["a1"].token.get_secret_value() == "tsec-agent-one-0123456789"
+    assert "tsec" not in repr(pool.agents["a1"])
+    assert pool.api_key_opt_outs == {"a2"}
+    (tmp_path / "t1").write_text("tsec bad token")
+    with pytest.raises(PoolFileError, match="agent 'a1': the token in token_file t1") as raised:
         _load(tmp_path, text)
     assert "tsec" not in str(raised.value)
 

@@ -7,7 +7,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from agent_server.controller.pool.rungs import PoolView, TurnContext, plan_rungs
+from agent_server.controller.pool.rungs import (
+    PoolView,
+    TurnContext,
+    first_subscription,
+    plan_rungs,
+)
 from agent_server.controller.pool.state import (
     Assignment,
     CredentialInfo,
@@ -254,3 +259,33 @@ def test_a_thousand_credentials_plan_without_repeating_one() -> None:
     ids = [r.credential_id for r in rungs]
     assert len(ids) == len(set(ids)) == 990
     assert not tried & set(ids)
+
+
+def _loaded(in_flight: dict[str, int], *, ended: int = 0) -> PoolSnapshot:
+    """Every subscription at 40% with one agent; `in_flight` live leases each, and `ended`
+    leases that ended a minute ago on every one."""
+    readings = {i.id: measured(i.id, 0.4) for i in POOL[:3]}
+    assignments = {
+        f"agent-{i.id}": Assignment(f"agent-{i.id}", i.id, 1, NOW - 60 * MIN) for i in POOL[:3]
+    }
+    leases = {
+        i.id: (NOW + 5 * MIN,) * in_flight.get(i.id, 0) + (NOW - MIN,) * ended for i in POOL[:3]
+    }
+    return PoolSnapshot(assignments=assignments, readings=readings, leases=leases)
+
+
+def test_a_new_agent_goes_where_fewest_turns_are_in_flight() -> None:
+    """Same band, one agent each: the new agent goes to c, the one with no turn running;
+    leases that ended do not count as load."""
+    snapshot = _loaded({"a": 2, "b": 1}, ended=4)
+    view = PoolView.of(POOL, snapshot, "new", now=NOW)
+    assert first_subscription(view, NOW) == "c"
+    assert [s.in_flight for s in view.standings[:3]] == [2, 1, 0]
+
+
+def test_a_moved_agent_is_ranked_by_turns_in_flight_too() -> None:
+    """The agent on a is refused there: b and c rank by load, the quieter first."""
+    snapshot = _loaded({"b": 3, "c": 1})
+    view = PoolView.of(POOL, snapshot, "agent-a", now=NOW)
+    rungs = plan_rungs(view, TurnContext(NOW, interactive=False, tried=frozenset({"a"})))
+    assert [r.credential_id for r in rungs if r.reason == "headroom"] == ["c", "b"]

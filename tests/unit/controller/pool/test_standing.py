@@ -209,6 +209,19 @@ def test_headroom_ranks_bands_then_agents_then_name() -> None:
     assert order == ["b-19-idle", "c-12-idle", "a-15-busy", "b-91", "unmeasured", "full"]
 
 
+def test_headroom_ranks_fewer_turns_in_flight_after_fewer_agents() -> None:
+    """In one band with as many agents, the credential with fewer turns in flight ranks
+    first, whatever its id; fewer agents still outrank fewer turns."""
+
+    def ranked(name: str, agents: int, in_flight: int) -> Standing:
+        last = reading(ago(1), five=0.42)
+        return Standing(CredentialInfo(name, "subscription"), {}, last, agents, in_flight)
+
+    pool = [ranked("a-busy", 1, 3), ranked("b-quiet", 1, 0), ranked("c-lone", 0, 5)]
+    order = [s.info.id for s in sorted(pool, key=lambda s: headroom_key(s, NOW))]
+    assert order == ["c-lone", "b-quiet", "a-busy"]
+
+
 @pytest.mark.parametrize(
     ("failure", "expected"),
     [

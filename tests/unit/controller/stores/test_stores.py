@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -145,6 +146,17 @@ async def test_a_gateway_cooldown_is_set_and_cleared(store: PoolStore) -> None:
     assert (await store.snapshot()).gateway_until == {}
 
 
+async def test_an_agents_latest_heartbeat_is_kept(store: PoolStore) -> None:
+    """One a agent, the latest replacing the one before, body as given (tabs too)."""
+    await store.record_heartbeat("a", T0, '{"memory_mb": 1}')
+    await store.record_heartbeat("a", T0 + timedelta(seconds=5), '{"s": "x\ty"}')
+    await store.record_heartbeat("b", T0, "{}")
+    assert await store.heartbeats() == {
+        "a": (T0 + timedelta(seconds=5), '{"s": "x\ty"}'),
+        "b": (T0, "{}"),
+    }
+
+
 def _retry(retry_id: str, due: datetime = T0, turn: str = "exec-1") -> ScheduledRetry:
     return ScheduledRetry("a", retry_id, due, 1, turn, T0)
 
@@ -158,12 +170,10 @@ async def test_each_waiting_turn_has_its_own_retry_taken_once(store_url: str) ->
     try:
         await store.schedule_retry(_retry("old"))
         await store.schedule_retry(_retry("new", later))
-        await store.schedule_retry(_retry("other", T0, turn="exec-2"))
+        kept = replace(_retry("other", T0, turn="exec-2"), request='{"message": "hi"}')
+        await store.schedule_retry(kept)
         snapshot = await store.snapshot()
-        assert snapshot.retries == {
-            "exec-1": _retry("new", later),
-            "exec-2": _retry("other", T0, turn="exec-2"),
-        }
+        assert snapshot.retries == {"exec-1": _retry("new", later), "exec-2": kept}
         assert [r.turn_ref for r in snapshot.retries_of("a")] == ["exec-2", "exec-1"]
         assert await store.take_retry("exec-1", "old") is False
         taken = await asyncio.gather(*(t.take_retry("exec-1", "new") for t in takers))
@@ -277,6 +287,23 @@ async def test_a_lease_whose_holder_died_ends_at_its_expiry(store: PoolStore) ->
     assert await store.acquire_lease("sub-a", "new", ceiling=2, at=end, until=end + timedelta(1))
     assert not await store.acquire_lease("sub-a", "third", ceiling=2, at=end, until=end)
     assert not await store.renew_lease("sub-a", "dead", at=end, until=end + timedelta(1))
+
+
+async def test_the_snapshot_holds_each_credentials_leases(store: PoolStore) -> None:
+    """The snapshot says each credential's turns in flight: its leases' ends, an ended one
+    not counted at a later instant, a released one gone."""
+    await store.register_credentials(
+        [CredentialInfo("sub-a", "subscription"), CredentialInfo("sub-b", "subscription")]
+    )
+    short, long = T0 + timedelta(minutes=1), T0 + timedelta(minutes=9)
+    for holder, until in (("one", short), ("two", long), ("three", long)):
+        assert await store.acquire_lease("sub-a", holder, ceiling=5, at=T0, until=until)
+    await store.release_lease("sub-a", "three")
+    snapshot = await store.snapshot()
+    assert sorted(snapshot.leases["sub-a"]) == [short, long]
+    assert "sub-b" not in snapshot.leases
+    assert (snapshot.in_flight("sub-a", T0), snapshot.in_flight("sub-a", short)) == (2, 1)
+    assert snapshot.in_flight("sub-b", T0) == 0
 
 
 async def test_probes_of_one_credential_are_spaced(store_url: str) -> None:
