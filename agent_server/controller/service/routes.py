@@ -26,6 +26,16 @@ from agent_server.controller.service.turns import (
 from agent_server.controller.walker import Walker
 
 PAGE = "page.html"
+# The page's script and style are inline; it fetches only this origin and frames nothing.
+PAGE_HEADERS = {
+    "Cache-Control": "no-store",
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+        "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
 
 
 class Refused(Exception):
@@ -217,4 +227,4 @@ async def page(request: Request) -> Response:
     source = resources.files(__package__ or "").joinpath(PAGE)
     if not source.is_file():
         raise Refused(404, "no_page", "the page is not installed")
-    return HTMLResponse(source.read_text(encoding="utf-8"), headers={"Cache-Control": "no-store"})
+    return HTMLResponse(source.read_text(encoding="utf-8"), headers=PAGE_HEADERS)

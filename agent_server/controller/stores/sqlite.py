@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import os
 import sqlite3
+import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
@@ -333,9 +334,27 @@ def _connect(path: Path) -> sqlite3.Connection:
     os.close(os.open(path, os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o600))
     db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-    db.execute("PRAGMA journal_mode = WAL")
+    # Switching a new file to WAL takes an exclusive lock without waiting on the busy
+    # handler, so controllers opening one file at once retry that within the same bound.
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode = WAL")
+            break
+        except sqlite3.OperationalError:
+            if time.monotonic() > deadline:
+                db.close()
+                raise
+            time.sleep(0.01)
     db.execute("PRAGMA synchronous = NORMAL")
-    db.executescript(SCHEMA)
+    try:
+        # The write lock first (the busy handler waits for it), never a read upgraded.
+        with _transaction(db, immediate=True):
+            for statement in filter(str.strip, SCHEMA.split(";")):
+                db.execute(statement)
+    except sqlite3.Error:
+        db.close()
+        raise
     return db
 
 

@@ -220,16 +220,26 @@ async def test_the_metrics_parse_with_every_fixed_name(store_url: str) -> None:
                    standing="available") == 1  # fmt: skip
 
 
-async def test_the_page_is_served_without_a_token_when_installed(store_url: str) -> None:
-    """GET / needs no bearer: the page if the file is there, else a JSON 404."""
+async def test_the_page_is_served_without_a_token_and_may_only_talk_to_its_origin(
+    store_url: str,
+) -> None:
+    """GET / needs no bearer (the page holds no data; it asks for the token), and its
+    headers keep it from loading, framing or posting anything beyond this origin."""
     async with serving(store_url, {}) as served:
         served.http.headers.clear()
         answer = await served.http.get("/")
-    assert answer.status_code in {200, 404}
-    if answer.status_code == 200:
-        assert answer.headers["content-type"].startswith("text/html")
-    else:
-        assert answer.json()["error"] == "no_page"
+    assert answer.status_code == 200
+    assert answer.headers["content-type"] == "text/html; charset=utf-8"
+    policy = dict(
+        directive.strip().split(" ", 1)
+        for directive in answer.headers["content-security-policy"].split(";")
+    )
+    assert policy["default-src"] == "'none'"
+    assert policy["connect-src"] == "'self'"
+    assert policy["frame-ancestors"] == "'none'"
+    assert answer.headers["x-content-type-options"] == "nosniff"
+    assert answer.headers["referrer-policy"] == "no-referrer"
+    assert answer.headers["cache-control"] == "no-store"
 
 
 def _sample(text: str, name: str, **labels: str) -> float | None:
