@@ -1,6 +1,6 @@
 """The broker forwards a placeholder's request with the real credential, and only that.
 
-Real listeners on loopback: the broker's own uvicorn in the test's event loop, and a
+Real listeners on loopback: the broker on its own thread and loop, and a
 recording upstream in a thread.
 """
 
@@ -327,3 +327,26 @@ def test_the_last_rungs_refusal_reaches_the_cli(upstream: RecordingUpstream) -> 
         (0, "rate_limit_error"),
         (1, "rate_limit_error"),
     ]
+
+
+def test_a_plain_upstream_goes_through_the_servers_proxy(
+    upstream: RecordingUpstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`HTTP_PROXY` in the server's environment carries the request, in absolute form."""
+    for name in ("no_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy", "http_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTP_PROXY", upstream.base_url)  # the recording upstream is the proxy
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")  # the test's own client reaches the broker direct
+    turn = Grant("authorization", SecretStr(REAL), "http://api.example.invalid/gateway")
+
+    async def test(broker: Broker, client: httpx.AsyncClient) -> int:
+        placeholder = broker.grants.issue(turn, "")
+        headers = {"authorization": f"Bearer {placeholder}"}
+        return (await client.post("/v1/messages?beta=true", headers=headers)).status_code
+
+    assert run_with_broker(test) == 200
+    (got,) = upstream.received
+    assert (got.path, got.query) == ("/gateway/v1/messages", "beta=true")
+    headers = dict(got.headers)
+    assert headers["host"] == "api.example.invalid"
+    assert headers["authorization"] == f"Bearer {REAL}"
