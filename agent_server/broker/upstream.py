@@ -101,6 +101,8 @@ class UpstreamConnection(asyncio.Protocol):
         self._head = self.loop.create_future()
         self._done = self.loop.create_future()
         self.served += 1
+        # The last answer's end may have left reading paused (its CLI was behind).
+        self.transport.resume_reading()
         self.transport.write(head + body if len(body) < 65536 else head)
         if len(body) >= 65536:  # a long conversation: not copied whole once more
             self.transport.write(body)

@@ -350,3 +350,25 @@ def test_a_plain_upstream_goes_through_the_servers_proxy(
     headers = dict(got.headers)
     assert headers["host"] == "api.example.invalid"
     assert headers["authorization"] == f"Bearer {REAL}"
+
+
+def test_answers_a_slow_reader_falls_behind_on_leave_the_connection_usable(
+    upstream: RecordingUpstream,
+) -> None:
+    """A big answer read slowly pauses the upstream; the next request is still answered."""
+    upstream.answer = Answer(chunks=(b"x" * (4 * 1024 * 1024),))
+
+    async def test(broker: Broker, client: httpx.AsyncClient) -> list[int]:
+        placeholder = broker.grants.issue(grant(upstream), "")
+        headers = {"authorization": f"Bearer {placeholder}"}
+        sizes = []
+        for _ in range(3):
+            async with client.stream("POST", "/v1/messages", headers=headers) as response:
+                size = 0
+                async for chunk in response.aiter_raw(16 * 1024):
+                    size += len(chunk)
+                    await asyncio.sleep(0.001)  # behind: the answer's end fills the broker's buffer
+                sizes.append(size)
+        return sizes
+
+    assert run_with_broker(test) == [4 * 1024 * 1024] * 3
