@@ -47,9 +47,12 @@ Handler = Callable[[Request, "CliConnection"], Awaitable[None]]
 class CliConnection(asyncio.Protocol):
     """One CLI's connection; `handler` answers each of its requests through `write`."""
 
-    def __init__(self, handler: Handler, max_body: int) -> None:
+    def __init__(
+        self, handler: Handler, max_body: int, live: set[CliConnection] | None = None
+    ) -> None:
         self.handler = handler
         self.max_body = max_body
+        self._live = live if live is not None else set()
         self.transport: asyncio.Transport | None = None
         self.producer: Producer | None = None
         self._paused = False
@@ -64,6 +67,7 @@ class CliConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)  # noqa: S101 - a stream socket's
         self.transport = transport
+        self._live.add(self)
 
     def data_received(self, data: bytes) -> None:
         if self._ignoring:
@@ -80,6 +84,7 @@ class CliConnection(asyncio.Protocol):
             self.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._live.discard(self)
         self._ignoring = True
         self._queue.clear()
         if self._worker is not None:

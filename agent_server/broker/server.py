@@ -61,7 +61,8 @@ class BrokerServer:
 
         async def serve() -> None:
             forwarder = self.forwarder
-            factory = functools.partial(CliConnection, forwarder, forwarder.max_request_bytes)
+            live: set[CliConnection] = set()
+            factory = functools.partial(CliConnection, forwarder, forwarder.max_request_bytes, live)
             try:
                 server = await asyncio.get_running_loop().create_server(
                     factory, sock=sock, backlog=1024
@@ -69,9 +70,13 @@ class BrokerServer:
                 self._loop, self._stopping = asyncio.get_running_loop(), asyncio.Event()
             finally:
                 started.set()
-            async with server:
-                await self._stopping.wait()
+            await self._stopping.wait()
+            server.close()
+            for connection in list(live):  # a CLI's kept-alive connection ends with the broker
+                connection.abort()
             forwarder.close()
+            await asyncio.sleep(0)  # the aborted transports' close callbacks run
+            await server.wait_closed()
 
         try:
             asyncio.run(serve())
