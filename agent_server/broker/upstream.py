@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import httptools
 
@@ -100,6 +100,8 @@ class UpstreamConnection(asyncio.Protocol):
         self._bodiless = bodiless
         self._head = self.loop.create_future()
         self._done = self.loop.create_future()
+        for future in (self._head, self._done):  # a request given up leaves its failure unread
+            future.add_done_callback(_read_failure)
         self.served += 1
         # The last answer's end may have left reading paused (its CLI was behind).
         self.transport.resume_reading()
@@ -267,6 +269,11 @@ class UpstreamConnection(asyncio.Protocol):
             self._fail("the upstream sent nothing for too long")
         elif self._done is not None and not self._done.done():
             self._watchdog = self.loop.call_later(READ_TIMEOUT_S - idle, self._check_reads)
+
+
+def _read_failure(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 def _parse_head(raw: bytes) -> AnswerHead:

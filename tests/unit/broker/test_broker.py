@@ -372,3 +372,20 @@ def test_answers_a_slow_reader_falls_behind_on_leave_the_connection_usable(
         return sizes
 
     assert run_with_broker(test) == [4 * 1024 * 1024] * 3
+
+
+def test_a_request_that_is_not_http_is_a_400_and_goes_nowhere(
+    upstream: RecordingUpstream,
+) -> None:
+    """The CLI's bytes are hostile: a broken request line ends its connection."""
+
+    async def test(broker: Broker, _client: httpx.AsyncClient) -> bytes:
+        port = int(broker.url.rsplit(":", 1)[1])
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"NOT HTTP AT ALL\r\n\r\n")
+        answer = await asyncio.wait_for(reader.read(), 5)
+        writer.close()
+        return answer
+
+    assert run_with_broker(test).startswith(b"HTTP/1.1 400 ")
+    assert upstream.received == []
