@@ -11,12 +11,18 @@ connection) is paused.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 import httptools
+
+logger = logging.getLogger("agent_server.broker")
+
+MAX_HEAD_BYTES = 64 * 1024
+"""A request's target and headers: Claude Code's are about 2 KiB."""
 
 
 @dataclass(frozen=True)
@@ -127,6 +133,7 @@ class CliConnection(asyncio.Protocol):
     # httptools' callbacks
 
     def _begin(self) -> None:
+        self._head_bytes = 0
         self._target = bytearray()
         self._headers: list[tuple[bytes, bytes]] = []
         self._body: bytearray | None = bytearray()
@@ -136,9 +143,18 @@ class CliConnection(asyncio.Protocol):
 
     def on_url(self, url: bytes) -> None:
         self._target += url
+        self._count_head(len(url))
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._headers.append((name, value))
+        self._count_head(len(name) + len(value))
+
+    def _count_head(self, size: int) -> None:
+        """Bound what a request's head may hold (httptools itself bounds nothing)."""
+        self._head_bytes += size
+        if self._head_bytes > MAX_HEAD_BYTES:
+            msg = "the request's head is too long"
+            raise httptools.HttpParserError(msg)
 
     def on_headers_complete(self) -> None:
         for name, value in self._headers:
@@ -179,7 +195,13 @@ class CliConnection(asyncio.Protocol):
         try:
             while self._queue:
                 request = self._queue.popleft()
-                await self.handler(request, self)
+                try:
+                    await self.handler(request, self)
+                except Exception:  # a fault of the broker's own: this CLI's connection ends
+                    logger.exception("broker: a request failed")
+                    self._ignoring = True
+                    self.abort()
+                    return
                 self.feed_from(None)
                 if not request.keep_alive:
                     self._ignoring = True

@@ -374,18 +374,28 @@ def test_answers_a_slow_reader_falls_behind_on_leave_the_connection_usable(
     assert run_with_broker(test) == [4 * 1024 * 1024] * 3
 
 
+@pytest.mark.parametrize(
+    ("case", "request_bytes"),
+    [
+        ("not HTTP", b"NOT HTTP AT ALL\r\n\r\n"),
+        (
+            "a head past its bound",
+            b"POST / HTTP/1.1\r\n" + b"x-pad: " + b"p" * 70_000 + b"\r\n\r\n",
+        ),
+    ],
+)
 def test_a_request_that_is_not_http_is_a_400_and_goes_nowhere(
-    upstream: RecordingUpstream,
+    upstream: RecordingUpstream, case: str, request_bytes: bytes
 ) -> None:
-    """The CLI's bytes are hostile: a broken request line ends its connection."""
+    """The CLI's bytes are hostile: a broken or endless head ends its connection."""
 
     async def test(broker: Broker, _client: httpx.AsyncClient) -> bytes:
         port = int(broker.url.rsplit(":", 1)[1])
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(b"NOT HTTP AT ALL\r\n\r\n")
+        writer.write(request_bytes)
         answer = await asyncio.wait_for(reader.read(), 5)
         writer.close()
         return answer
 
-    assert run_with_broker(test).startswith(b"HTTP/1.1 400 ")
+    assert run_with_broker(test).startswith(b"HTTP/1.1 400 "), case
     assert upstream.received == []
