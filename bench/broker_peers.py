@@ -1,4 +1,4 @@
-"""The two processes of figure 9: a loopback upstream, and a broker in front of it.
+"""The two processes of figure 10: a loopback upstream, and a broker in front of it.
 
 `python -m bench.broker_peers upstream`: serves `POST /small` (a short answer) and
 `POST /big?bytes=N` (N bytes streamed in 64 KiB chunks) and `POST /stream` (chunks

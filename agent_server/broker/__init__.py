@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
 
 from agent_server.broker.exchange import Exchange, TurnExchanges
 from agent_server.broker.forward import MAX_REQUEST_BYTES, Forwarder
@@ -34,27 +33,13 @@ __all__ = [
     "verdict_of",
 ]
 
-if TYPE_CHECKING:
-    import httpx
-
-
-def upstream_client() -> httpx.AsyncClient:
-    """The broker's client of the API: TLS verified against the default trust store,
-    proxies and trust settings from the server's own environment (as before the broker).
-    httpx is imported here, at the first request: an idle server does not hold it."""
-    import httpx
-
-    # A streamed answer may pause between events for minutes (extended thinking).
-    timeout = httpx.Timeout(connect=30.0, read=600.0, write=60.0, pool=30.0)
-    return httpx.AsyncClient(timeout=timeout, trust_env=True)
-
 
 class Broker:
     """The server's one broker: its grants, its forwarder and its loopback listener."""
 
     def __init__(self, max_request_bytes: int = MAX_REQUEST_BYTES) -> None:
         self.grants = Grants()
-        self.server = BrokerServer(Forwarder(self.grants, upstream_client, max_request_bytes))
+        self.server = BrokerServer(Forwarder(self.grants, max_request_bytes=max_request_bytes))
 
     @property
     def url(self) -> str:

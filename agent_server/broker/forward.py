@@ -1,12 +1,12 @@
 """The broker's forwarder: a CLI's request, with the real credential, to the chosen upstream.
 
-A plain ASGI app, so nothing between the socket and the upstream costs more than it
-must. A request must present a live placeholder (`x-api-key`, or `Authorization:
-Bearer`); anything else is refused in the API's own error shape and goes nowhere.
-The upstream request is the CLI's: the same method, path, query, body and headers,
-but the credential (the grant's, in the grant's header) and the hop-by-hop headers.
-Its answer streams back as it arrives; the exchange is recorded as the answer starts,
-and a refusal's body (its first bytes) before its end reaches the CLI.
+A request must present a live placeholder (`x-api-key`, or `Authorization: Bearer`);
+anything else is refused in the API's own error shape and goes nowhere. The upstream
+request is the CLI's: the same method, path, query, body and headers, but the
+credential (the grant's, in the grant's header: `_credential_header`, the one place
+it is put in) and the hop-by-hop headers. Its answer streams back as it arrives,
+framing and all; the exchange is recorded as the answer starts, and a refusal's body
+(its first bytes) is read into it before its end reaches the CLI.
 """
 
 from __future__ import annotations
@@ -15,24 +15,20 @@ import json
 import logging
 import time
 import zlib
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
 
+import httptools
+
+from agent_server.broker.dial import Origin
 from agent_server.broker.exchange import ERROR_BODY_BYTES, Exchange, kept_headers
 from agent_server.broker.grants import Grant, Grants, Rung
+from agent_server.broker.inbound import CliConnection, Request
+from agent_server.broker.pool import Pool
+from agent_server.broker.upstream import AnswerHead, UpstreamConnection, UpstreamError
 from agent_server.broker.verdict import verdict_of
 from agent_server.wire.names import OutcomeKind
 
-if TYPE_CHECKING:
-    import httpx
-
 logger = logging.getLogger("agent_server.broker")
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
 
 MAX_REQUEST_BYTES = 64 * 1024 * 1024
 """A request body the broker takes: a long conversation with images, and far below memory."""
@@ -52,98 +48,84 @@ _HOP_BY_HOP = frozenset(
 _SWITCHABLE = frozenset({400, 401, 402, 403, 429})
 """Statuses of a refusal another rung may fix (a 400 only about the credit balance)."""
 _NOT_FORWARDED = _HOP_BY_HOP | {b"host", b"content-length", b"authorization", b"x-api-key"}
+_NOT_RELAYED = _HOP_BY_HOP - {b"transfer-encoding"}
+"""An answer's body is relayed framed as the upstream framed it, so its framing header stays."""
 
 
 class Forwarder:
-    """The ASGI app of the broker (HTTP only; it has no lifespan of its own)."""
+    """Answers each request of a CLI's connection (`inbound.Handler`)."""
 
     def __init__(
-        self,
-        grants: Grants,
-        client: Callable[[], httpx.AsyncClient],
-        max_request_bytes: int = MAX_REQUEST_BYTES,
+        self, grants: Grants, pool: Pool | None = None, max_request_bytes: int = MAX_REQUEST_BYTES
     ) -> None:
         self.grants = grants
-        self._make_client = client
-        self._client: httpx.AsyncClient | None = None
+        self.pool = pool or Pool()
         self.max_request_bytes = max_request_bytes
 
-    @property
-    def client(self) -> httpx.AsyncClient:
-        """The upstream client, made at the first request: its TLS trust store costs an
-        idle server about 2 MiB it need not hold before any turn."""
-        if self._client is None:
-            self._client = self._make_client()
-        return self._client
+    def close(self) -> None:
+        """Close the kept upstream connections."""
+        self.pool.close()
 
-    async def aclose(self) -> None:
-        """Close the upstream client, if one was made."""
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            return
-        headers: list[tuple[bytes, bytes]] = scope["headers"]
-        grant = self._grant_of(headers)
+    async def __call__(self, request: Request, cli: CliConnection) -> None:
+        grant = self._grant_of(request.headers)
         if grant is None:
-            await _refuse(send, 401, "authentication_error", "not a credential of this server")
+            _refuse(cli, 401, "authentication_error", "not a credential of this server")
             return
-        body = await _read_body(receive, self.max_request_bytes)
-        if body is None:
-            await _refuse(send, 413, "request_too_large", "the request body is too large")
+        if request.body is None:
+            _refuse(cli, 413, "request_too_large", "the request body is too large")
             return
-        path = scope["raw_path"].decode("latin-1")
-        if scope["query_string"]:
-            path += "?" + scope["query_string"].decode("latin-1")
-        forwarded = [(k, v) for k, v in headers if _forwarded(k, v)]
+        try:
+            path = _path_of(request.target)
+        except httptools.HttpParserInvalidURLError:
+            _refuse(cli, 400, "invalid_request_error", "the request target is not a path")
+            return
+        forwarded = [(k, v) for k, v in request.headers if _forwarded(k, v)]
+        await self._forward(grant, request.method, path, forwarded, request.body, cli)
+
+    async def _forward(
+        self,
+        grant: Grant,
+        method: str,
+        path: str,
+        headers: list[tuple[bytes, bytes]],
+        body: bytes,
+        cli: CliConnection,
+    ) -> None:
+        """Send the request on the grant's rung in use, and on the next after a switchable
+        refusal (the CLI never sees that refusal); relay the answer that ends it."""
         rungs = grant.rungs()
         index = grant.rung
         while True:
             rung = rungs[index]
-            response = await self._send(scope["method"], rung, path, forwarded, body)
-            if response is None:
-                grant.exchanges.add(Exchange(None, at=time.time(), rung=index))
-                await _refuse(send, 502, "api_error", "the server could not reach the API")
-                return
             try:
-                exchange = Exchange(
-                    response.status_code, kept_headers(response.headers), at=time.time(), rung=index
-                )
-                chunks = response.aiter_raw()
-                head = b""
-                if response.status_code in _SWITCHABLE and index + 1 < len(rungs):
-                    head = await _error_head(response, chunks, exchange)
+                swapped = [*headers, _credential_header(rung)]
+                origin = Origin.of(rung.upstream)
+                route, connection, head = await self.pool.send(origin, method, path, swapped, body)
+            except UpstreamError as failed:
+                logger.warning("broker: the upstream could not be reached: %s", failed)
+                grant.exchanges.add(Exchange(None, at=time.time(), rung=index))
+                _refuse(cli, 502, "api_error", "the server could not reach the API")
+                return
+            exchange = Exchange(head.status, _kept(head), at=time.time(), rung=index)
+            try:
+                read = head.status in _SWITCHABLE and index + 1 < len(rungs)
+                if read:
+                    exchange.read_error_body(_decoded(await connection.read_refusal(), head))
                     if _switch(exchange):
-                        # The CLI never sees this refusal: the same request goes on the next rung.
                         grant.exchanges.add(exchange)
                         index = grant.rung = max(grant.rung, index + 1)
                         continue
                 grant.exchanges.add(exchange)
-                await _relay(response, exchange, head, chunks, send)
+                await _relay(connection, head, exchange, cli, read_already=read)
+                return
+            except UpstreamError as cut:
+                logger.warning("broker: the upstream's answer was cut short: %s", cut)
+                if all(kept is not exchange for kept in grant.exchanges.all()):
+                    grant.exchanges.add(exchange)
+                cli.abort()
                 return
             finally:
-                await response.aclose()
-
-    async def _send(
-        self,
-        method: str,
-        rung: Rung,
-        path: str,
-        headers: list[tuple[bytes, bytes]],
-        body: bytes,
-    ) -> httpx.Response | None:
-        """Send the request on `rung`; its answer, streaming, or None when none came."""
-        import httpx  # imported at the first request, not at boot (see upstream_client)
-
-        headers = [*headers, _credential_header(rung)]
-        request = httpx.Request(method, rung.upstream + path, headers=headers, content=body)
-        try:
-            return await self.client.send(request, stream=True)
-        except httpx.HTTPError as failed:
-            logger.warning("broker: the upstream could not be reached: %s", type(failed).__name__)
-            return None
+                self.pool.release(route, connection)
 
     def _grant_of(self, headers: list[tuple[bytes, bytes]]) -> Grant | None:
         """The grant of the placeholder the request presents, in either credential header."""
@@ -161,18 +143,12 @@ class Forwarder:
         return None
 
 
-async def _error_head(
-    response: httpx.Response, chunks: AsyncIterator[bytes], exchange: Exchange
-) -> bytes:
-    """Read a refusal's first bytes (its whole body, as the API's are small) into
-    `exchange` before anything reaches the CLI: the refusal may yet be switched."""
-    head = bytearray()
-    async for chunk in chunks:
-        head += chunk
-        if len(head) >= ERROR_BODY_BYTES:
-            break
-    exchange.read_error_body(_decoded(bytes(head), response.headers.get("content-encoding")))
-    return bytes(head)
+def _credential_header(rung: Rung) -> tuple[bytes, bytes]:
+    """The one place a real credential goes into a request: the rung's header."""
+    secret = rung.secret.get_secret_value().encode("latin-1")
+    if rung.header == "x-api-key":
+        return b"x-api-key", secret
+    return b"authorization", b"Bearer " + secret
 
 
 def _switch(exchange: Exchange) -> bool:
@@ -182,68 +158,62 @@ def _switch(exchange: Exchange) -> bool:
 
 
 async def _relay(
-    response: httpx.Response,
+    connection: UpstreamConnection,
+    head: AnswerHead,
     exchange: Exchange,
-    head: bytes,
-    chunks: AsyncIterator[bytes],
-    send: Send,
+    cli: CliConnection,
+    *,
+    read_already: bool,
 ) -> None:
-    """Stream the upstream's answer to the CLI: `head` (already read), then the rest."""
-    await send(
-        {
-            "type": "http.response.start",
-            "status": response.status_code,
-            "headers": [(k, v) for k, v in response.headers.raw if k.lower() not in _HOP_BY_HOP],
-        }
-    )
-    if head:
-        await send({"type": "http.response.body", "body": head, "more_body": True})
-    kept = bytearray() if response.status_code >= 400 and not head else None
-    async for chunk in chunks:
-        if kept is not None and len(kept) < ERROR_BODY_BYTES:
-            kept += chunk[: ERROR_BODY_BYTES - len(kept)]
-        await send({"type": "http.response.body", "body": chunk, "more_body": True})
-    if kept is not None:
-        # Before the body ends for the CLI: its turn is never classified without it.
-        exchange.read_error_body(_decoded(bytes(kept), response.headers.get("content-encoding")))
-    await send({"type": "http.response.body", "body": b"", "more_body": False})
+    """Stream the upstream's answer to the CLI as it arrives: its head, then its body's
+    bytes as framed. A refusal's first bytes are read into `exchange` before its end
+    reaches the CLI: the turn is never classified without them."""
+
+    def before_end() -> None:
+        if head.status >= 400 and not read_already:
+            exchange.read_error_body(_decoded(bytes(connection.kept), head))
+
+    lines = [b"HTTP/1.1 %d %s\r\n" % (head.status, head.reason)]
+    lines += [k + b": " + v + b"\r\n" for k, v in head.headers if k.lower() not in _NOT_RELAYED]
+    closes = connection.until_close
+    if closes:
+        lines.append(b"connection: close\r\n")
+    cli.write(b"".join(lines) + b"\r\n")
+    cli.feed_from(connection)
+    await connection.relay(cli, before_end)
+    if closes:
+        cli.close()
 
 
 def _forwarded(name: bytes, value: bytes) -> bool:
     """Whether a request header goes upstream as the CLI sent it. `Connection:
-    keep-alive` does (the upstream connection is pooled: it says the same of that hop)."""
+    keep-alive` does (the upstream connection is kept: it says the same of that hop)."""
     lowered = name.lower()
     if lowered == b"connection":
         return value.strip().lower() == b"keep-alive"
-    return lowered not in _NOT_FORWARDED
+    return lowered not in _NOT_FORWARDED and lowered != b"expect"
 
 
-def _credential_header(rung: Rung) -> tuple[bytes, bytes]:
-    secret = rung.secret.get_secret_value().encode("latin-1")
-    if rung.header == "x-api-key":
-        return b"x-api-key", secret
-    return b"authorization", b"Bearer " + secret
+def _path_of(target: bytes) -> str:
+    """The path and query of a request target (origin or absolute form)."""
+    url = httptools.parse_url(target)
+    if not url.path or not url.path.startswith(b"/"):
+        msg = "no path"
+        raise httptools.HttpParserInvalidURLError(msg)
+    path = url.path.decode("latin-1")
+    return f"{path}?{url.query.decode('latin-1')}" if url.query else path
 
 
-async def _read_body(receive: Receive, limit: int) -> bytes | None:
-    """The whole request body; None past `limit` bytes (the rest is not read) or when the
-    client left before it ended (half a request goes nowhere)."""
-    body = bytearray()
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return None
-        body += message.get("body", b"")
-        if len(body) > limit:
-            return None
-        if not message.get("more_body", False):
-            return bytes(body)
+def _kept(head: AnswerHead) -> dict[str, str]:
+    """The headers of the answer a verdict reads."""
+    return kept_headers({k.decode("latin-1"): v.decode("latin-1") for k, v in head.headers})
 
 
-def _decoded(body: bytes, encoding: str | None) -> bytes:
+def _decoded(body: bytes, head: AnswerHead) -> bytes:
     """A refusal's kept bytes as JSON text: gzip and deflate are undone, anything else
     is left (the verdict then goes by the status alone)."""
-    if encoding in ("gzip", "deflate"):
+    encoding = next((v for k, v in head.headers if k.lower() == b"content-encoding"), b"")
+    if encoding.strip().lower() in (b"gzip", b"deflate"):
         try:
             return zlib.decompressobj(wbits=47).decompress(body, ERROR_BODY_BYTES)
         except zlib.error:
@@ -251,17 +221,18 @@ def _decoded(body: bytes, encoding: str | None) -> bytes:
     return body
 
 
-async def _refuse(send: Send, status: int, error_type: str, message: str) -> None:
+def _refuse(cli: CliConnection, status: int, error_type: str, message: str) -> None:
     """Answer in the Messages API's error shape (the CLI reports it as the API's)."""
     body = json.dumps({"type": "error", "error": {"type": error_type, "message": message}}).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-            ],
-        }
+    cli.write(
+        b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
+        % (status, _REASONS.get(status, b"Error"), len(body), body)
     )
-    await send({"type": "http.response.body", "body": body})
+
+
+_REASONS = {
+    400: b"Bad Request",
+    401: b"Unauthorized",
+    413: b"Content Too Large",
+    502: b"Bad Gateway",
+}

@@ -1,22 +1,22 @@
-"""The broker's own listener: uvicorn on a loopback port, in a thread of its own.
+"""The broker's own listener: a loopback port served on a thread and event loop of its own.
 
-Started in the app's lifespan and stopped at its end. It runs its own event loop on
-its own thread, so 32 turns streaming their API's answers through it never queue in
-front of the control routes (a reload-token, /health) on the server's loop. It never
-takes the process's signals (the server's own uvicorn does): uvicorn's `serve` would
-install handlers of its own, so this runs its startup, main loop and shutdown itself.
+Started in the app's lifespan and stopped at its end. Its loop runs on its own thread,
+so 32 turns streaming their API's answers through it never queue in front of the
+control routes (a reload-token, /health) on the server's loop; and each read of an
+upstream's answer is passed on in one short callback (`upstream`), so the thread
+hands the interpreter back to the server's loop at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import socket
 import threading
 
-import uvicorn
-
 from agent_server.broker.forward import Forwarder
+from agent_server.broker.inbound import CliConnection
 
 logger = logging.getLogger("agent_server.broker")
 
@@ -30,7 +30,8 @@ class BrokerServer:
     def __init__(self, forwarder: Forwarder) -> None:
         self.forwarder = forwarder
         self.url = ""
-        self._server: uvicorn.Server | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping: asyncio.Event | None = None
         self._thread: threading.Thread | None = None
         self._failed: BaseException | None = None
 
@@ -42,44 +43,40 @@ class BrokerServer:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((LOOPBACK, 0))
         sock.set_inheritable(False)
-        config = uvicorn.Config(
-            self.forwarder,
-            interface="asgi3",
-            lifespan="off",
-            log_config=None,
-            access_log=False,
-            server_header=False,
-            date_header=False,
-            timeout_keep_alive=75,
-        )
-        config.load()
-        server = uvicorn.Server(config)
-        server.lifespan = config.lifespan_class(config)
         started = threading.Event()
-        self._server = server
         self._thread = threading.Thread(
-            target=self._run, args=(server, sock, started), name="broker", daemon=True
+            target=self._run, args=(sock, started), name="broker", daemon=True
         )
         self._thread.start()
         await asyncio.to_thread(started.wait, START_TIMEOUT_S)
-        if not server.started:
+        if self._stopping is None:
             msg = f"the broker did not start: {self._failed!r}"
             raise RuntimeError(msg)
         self.url = f"http://{LOOPBACK}:{sock.getsockname()[1]}"
         logger.info("broker listening on %s", self.url)
         return self.url
 
-    def _run(self, server: uvicorn.Server, sock: socket.socket, started: threading.Event) -> None:
-        """The broker thread: its own loop, from startup to the upstream client's close."""
+    def _run(self, sock: socket.socket, started: threading.Event) -> None:
+        """The broker thread: its own loop, from listening to the upstream connections' close."""
 
         async def serve() -> None:
+            forwarder = self.forwarder
+            live: set[CliConnection] = set()
+            factory = functools.partial(CliConnection, forwarder, forwarder.max_request_bytes, live)
             try:
-                await server.startup(sockets=[sock])
+                server = await asyncio.get_running_loop().create_server(
+                    factory, sock=sock, backlog=1024
+                )
+                self._loop, self._stopping = asyncio.get_running_loop(), asyncio.Event()
             finally:
                 started.set()
-            await server.main_loop()
-            await server.shutdown(sockets=[sock])
-            await self.forwarder.aclose()
+            await self._stopping.wait()
+            server.close()
+            for connection in list(live):  # a CLI's kept-alive connection ends with the broker
+                connection.abort()
+            forwarder.close()
+            await asyncio.sleep(0)  # the aborted transports' close callbacks run
+            await server.wait_closed()
 
         try:
             asyncio.run(serve())
@@ -90,12 +87,12 @@ class BrokerServer:
             sock.close()
 
     async def stop(self) -> None:
-        """Stop listening and close the upstream client (idempotent)."""
-        server, self._server = self._server, None
+        """Stop listening and close the upstream connections (idempotent)."""
+        loop, self._loop = self._loop, None
         thread, self._thread = self._thread, None
-        if server is None or thread is None:
+        if loop is None or thread is None or self._stopping is None:
             return
-        server.should_exit = True
+        loop.call_soon_threadsafe(self._stopping.set)
         await asyncio.to_thread(thread.join, START_TIMEOUT_S)
         if self._failed is not None:
             logger.warning("the broker stopped on an error: %r", self._failed)

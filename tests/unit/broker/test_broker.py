@@ -1,6 +1,6 @@
 """The broker forwards a placeholder's request with the real credential, and only that.
 
-Real listeners on loopback: the broker's own uvicorn in the test's event loop, and a
+Real listeners on loopback: the broker on its own thread and loop, and a
 recording upstream in a thread.
 """
 
@@ -327,3 +327,75 @@ def test_the_last_rungs_refusal_reaches_the_cli(upstream: RecordingUpstream) -> 
         (0, "rate_limit_error"),
         (1, "rate_limit_error"),
     ]
+
+
+def test_a_plain_upstream_goes_through_the_servers_proxy(
+    upstream: RecordingUpstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`HTTP_PROXY` in the server's environment carries the request, in absolute form."""
+    for name in ("no_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy", "http_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTP_PROXY", upstream.base_url)  # the recording upstream is the proxy
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")  # the test's own client reaches the broker direct
+    turn = Grant("authorization", SecretStr(REAL), "http://api.example.invalid/gateway")
+
+    async def test(broker: Broker, client: httpx.AsyncClient) -> int:
+        placeholder = broker.grants.issue(turn, "")
+        headers = {"authorization": f"Bearer {placeholder}"}
+        return (await client.post("/v1/messages?beta=true", headers=headers)).status_code
+
+    assert run_with_broker(test) == 200
+    (got,) = upstream.received
+    assert (got.path, got.query) == ("/gateway/v1/messages", "beta=true")
+    headers = dict(got.headers)
+    assert headers["host"] == "api.example.invalid"
+    assert headers["authorization"] == f"Bearer {REAL}"
+
+
+def test_answers_a_slow_reader_falls_behind_on_leave_the_connection_usable(
+    upstream: RecordingUpstream,
+) -> None:
+    """A big answer read slowly pauses the upstream; the next request is still answered."""
+    upstream.answer = Answer(chunks=(b"x" * (4 * 1024 * 1024),))
+
+    async def test(broker: Broker, client: httpx.AsyncClient) -> list[int]:
+        placeholder = broker.grants.issue(grant(upstream), "")
+        headers = {"authorization": f"Bearer {placeholder}"}
+        sizes = []
+        for _ in range(3):
+            async with client.stream("POST", "/v1/messages", headers=headers) as response:
+                size = 0
+                async for chunk in response.aiter_raw(16 * 1024):
+                    size += len(chunk)
+                    await asyncio.sleep(0.001)  # behind: the answer's end fills the broker's buffer
+                sizes.append(size)
+        return sizes
+
+    assert run_with_broker(test) == [4 * 1024 * 1024] * 3
+
+
+@pytest.mark.parametrize(
+    ("case", "request_bytes"),
+    [
+        ("not HTTP", b"NOT HTTP AT ALL\r\n\r\n"),
+        (
+            "a head past its bound",
+            b"POST / HTTP/1.1\r\n" + b"x-pad: " + b"p" * 70_000 + b"\r\n\r\n",
+        ),
+    ],
+)
+def test_a_request_that_is_not_http_is_a_400_and_goes_nowhere(
+    upstream: RecordingUpstream, case: str, request_bytes: bytes
+) -> None:
+    """The CLI's bytes are hostile: a broken or endless head ends its connection."""
+
+    async def test(broker: Broker, _client: httpx.AsyncClient) -> bytes:
+        port = int(broker.url.rsplit(":", 1)[1])
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(request_bytes)
+        answer = await asyncio.wait_for(reader.read(), 5)
+        writer.close()
+        return answer
+
+    assert run_with_broker(test).startswith(b"HTTP/1.1 400 "), case
+    assert upstream.received == []
