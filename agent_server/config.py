@@ -53,7 +53,7 @@ class Settings:
     spawn_user: SpawnUser | None = None
     """`AGENT_SERVER_SPAWN_USER`: whom every spawn runs as (None: the server's own uid)."""
     broker: bool = False
-    """`AGENT_SERVER_BROKER=1`: Claude Code's credentials reach only the broker (§4.8)."""
+    """`AGENT_SERVER_BROKER=1`: the CLI's credentials reach only the broker (§4.8)."""
 
     @property
     def override_file(self) -> Path:

@@ -1,10 +1,12 @@
 """The broker's forwarder: a CLI's request, with the real credential, to the chosen upstream.
 
 A plain ASGI app, so nothing between the socket and the upstream costs more than it
-must. A request must present a live placeholder (`x-api-key`, or `Authorization:
-Bearer`); anything else is refused in the API's own error shape and goes nowhere.
-The upstream request is the CLI's: the same method, path, query, body and headers,
-but the credential (the grant's, in the grant's header) and the hop-by-hop headers.
+must. A request must present a live placeholder (`x-api-key`, `x-goog-api-key`,
+`Authorization: Bearer`, or a `key` query parameter); anything else is refused in the
+API's own error shape and goes nowhere. The upstream request is the CLI's: the same
+method, path, query, body and headers, but the credential (the grant's, in the
+grant's header: a placeholder in the query leaves it, as a URL is what proxies log)
+and the hop-by-hop headers.
 Its answer streams back as it arrives; the exchange is recorded as the answer starts,
 and a refusal's body (its first bytes) before its end reaches the CLI.
 """
@@ -18,6 +20,7 @@ import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote_to_bytes
 
 from agent_server.broker.exchange import ERROR_BODY_BYTES, Exchange, kept_headers
 from agent_server.broker.grants import Grant, Grants, Rung
@@ -51,7 +54,8 @@ _HOP_BY_HOP = frozenset(
 )
 _SWITCHABLE = frozenset({400, 401, 402, 403, 429})
 """Statuses of a refusal another rung may fix (a 400 only about the credit balance)."""
-_NOT_FORWARDED = _HOP_BY_HOP | {b"host", b"content-length", b"authorization", b"x-api-key"}
+_KEY_HEADERS = (b"x-api-key", b"x-goog-api-key")
+_NOT_FORWARDED = _HOP_BY_HOP | {b"host", b"content-length", b"authorization", *_KEY_HEADERS}
 
 
 class Forwarder:
@@ -86,7 +90,8 @@ class Forwarder:
         if scope["type"] != "http":
             return
         headers: list[tuple[bytes, bytes]] = scope["headers"]
-        grant = self._grant_of(headers)
+        query = _query_placeholder(scope["query_string"])
+        grant = self._grant_of(headers, query)
         if grant is None:
             await _refuse(send, 401, "authentication_error", "not a credential of this server")
             return
@@ -94,9 +99,9 @@ class Forwarder:
         if body is None:
             await _refuse(send, 413, "request_too_large", "the request body is too large")
             return
+        in_query = bool(query) and self.grants.find(query) is grant
         path = scope["raw_path"].decode("latin-1")
-        if scope["query_string"]:
-            path += "?" + scope["query_string"].decode("latin-1")
+        path += _without_placeholder(scope["query_string"], in_query)
         forwarded = [(k, v) for k, v in headers if _forwarded(k, v)]
         rungs = grant.rungs()
         index = grant.rung
@@ -145,11 +150,14 @@ class Forwarder:
             logger.warning("broker: the upstream could not be reached: %s", type(failed).__name__)
             return None
 
-    def _grant_of(self, headers: list[tuple[bytes, bytes]]) -> Grant | None:
-        """The grant of the placeholder the request presents, in either credential header."""
+    def _grant_of(self, headers: list[tuple[bytes, bytes]], query: str) -> Grant | None:
+        """The grant of the placeholder the request presents, in a credential header or
+        the `key` query parameter."""
+        if query and (grant := self.grants.find(query)) is not None:
+            return grant
         for name, value in headers:
             lowered = name.lower()
-            if lowered == b"x-api-key":
+            if lowered in _KEY_HEADERS:
                 presented = value
             elif lowered == b"authorization" and value[:7].lower() == b"bearer ":
                 presented = value[7:].strip()
@@ -220,9 +228,26 @@ def _forwarded(name: bytes, value: bytes) -> bool:
 
 def _credential_header(rung: Rung) -> tuple[bytes, bytes]:
     secret = rung.secret.get_secret_value().encode("latin-1")
-    if rung.header == "x-api-key":
-        return b"x-api-key", secret
-    return b"authorization", b"Bearer " + secret
+    if rung.header == "authorization":
+        return b"authorization", b"Bearer " + secret
+    return rung.header.encode(), secret
+
+
+def _query_placeholder(query: bytes) -> str:
+    """The value of the request's `key` query parameter ('' without one)."""
+    for pair in query.split(b"&"):
+        name, _, value = pair.partition(b"=")
+        if name == b"key":
+            return unquote_to_bytes(value).decode("latin-1")
+    return ""
+
+
+def _without_placeholder(query: bytes, in_query: bool) -> str:
+    """`?<query>` as the upstream gets it ('' for none): without the `key` parameter when
+    the request presented its placeholder there (the credential goes in the grant's header)."""
+    if in_query:
+        query = b"&".join(p for p in query.split(b"&") if p.partition(b"=")[0] != b"key")
+    return "?" + query.decode("latin-1") if query else ""
 
 
 async def _read_body(receive: Receive, limit: int) -> bytes | None:
