@@ -106,6 +106,7 @@ class Services:
             spawn_files=spawn_files,
             launcher=settings.spawn_user.launcher(settings.workdir) if settings.spawn_user else (),
             broker=broker,
+            setting_sources=settings.setting_sources,
         )
         return cls(
             settings=settings,

@@ -90,6 +90,8 @@ class TurnRunner:
     launcher: tuple[str, ...] = ()
     """The argv prefix that runs a spawn as the spawn user (`SpawnUser.launcher`), or none."""
     broker: Broker | None = None
+    setting_sources: tuple[str, ...] | None = None
+    """The settings files the CLI loads (`Settings.setting_sources`)."""
     """Holds each spawn's credential when set (contract §4.8); None: the spawn holds it."""
 
     async def run(self, ask: TurnAsk, *, chat: ChatSession | None = None) -> TurnAnswer:
@@ -282,8 +284,9 @@ class TurnRunner:
     ) -> TurnAnswer:
         """Spawn the turn's CLI (again on a new session if its chat's is gone); its answer."""
         spec = ask.spec(self.permission_mode, credential.model or ask.model, self.adapter)
-        if exchanges is not None and self.broker is not None:
-            spec = replace(spec, api_base=self.broker.url)  # the CLI's API is the broker
+        # With the credential in the broker's hands, the CLI's API is the broker.
+        api_base = self.broker.url if exchanges is not None and self.broker is not None else None
+        spec = replace(spec, setting_sources=self.setting_sources, api_base=api_base)
         deadline = time.monotonic() + ask.timeout_s
         spawned_with = next((fingerprint(s) for s in credential.secrets()), state.fingerprint)
         ladder = ladder_named(credential.auth_route, spawned_with, ask.auth_ladder)

@@ -52,6 +52,8 @@ class TurnSpec:
     persist_session: bool = True
     images: tuple[tuple[str, str], ...] = ()
     """(media type, base64 data) of each image sent with the prompt."""
+    setting_sources: tuple[str, ...] | None = None
+    """The settings files a CLI that can restrict them loads (None: its default)."""
     api_base: str | None = None
     """The broker's base URL when it holds the turn's credential (contract §4.8): a CLI
     that takes its API's base on argv only (Codex) is given it there."""

@@ -254,6 +254,9 @@ class ClaudeCodeAdapter:
             argv += ["--session-id", turn.new_session_id]
         if not turn.persist_session:
             argv.append("--no-session-persistence")
+        if turn.setting_sources is not None:
+            # The agent's own settings files it loads; managed settings always apply.
+            argv += ["--setting-sources", ",".join(turn.setting_sources)]
         if turn.images:
             argv += ["--input-format", "stream-json"]
         return argv

@@ -69,6 +69,7 @@ def test_the_controller_token_is_secret_and_stripped() -> None:
         pytest.param("AGENT_SERVER_SHUTDOWN_GRACE_S", "-1", id="a negative grace"),
         pytest.param("AGENT_SERVER_INSECURE_NO_AUTH", "maybe", id="a non-boolean flag"),
         pytest.param("AGENT_SERVER_LOG_FORMAT", "xml", id="an unknown log format"),
+        pytest.param("AGENT_SERVER_SETTING_SOURCES", "user,policy", id="an unknown source"),
     ],
 )
 def test_bad_values_are_refused(name: str, value: str) -> None:
@@ -124,3 +125,14 @@ def test_the_log_format_follows_the_terminal_unless_set(
     if configured is not None:
         environ["AGENT_SERVER_LOG_FORMAT"] = configured
     assert Settings.from_environ(environ, isatty=isatty).log_format == chosen
+
+
+@pytest.mark.parametrize(
+    ("raw", "sources"),
+    [(None, None), ("", ()), (" project , local,project", ("project", "local"))],
+    ids=["unset: the CLI's default", "empty: none", "a list, trimmed, each once"],
+)
+def test_setting_sources(raw: str | None, sources: tuple[str, ...] | None) -> None:
+    """AGENT_SERVER_SETTING_SOURCES: which of the agent's settings files Claude Code loads."""
+    environ = {"HOME": "/h"} if raw is None else {"HOME": "/h", "AGENT_SERVER_SETTING_SOURCES": raw}
+    assert Settings.from_environ(environ).setting_sources == sources

@@ -9,6 +9,7 @@ import pytest
 
 from agent_server.runtimes import ADAPTERS, adapter_for
 from agent_server.runtimes.base import TurnSpec, override_kinds
+from agent_server.runtimes.claude_code import ClaudeCodeAdapter
 from agent_server.runtimes.codex import BROKER_PROVIDER, CodexAdapter
 from agent_server.wire.names import AUTH_OVERRIDE_KINDS, BYPASS_PERMISSIONS
 
@@ -71,3 +72,18 @@ def test_a_codex_turn_outside_the_broker_keeps_its_own_provider() -> None:
     """No `-c` of the broker's without a broker's base."""
     argv = CodexAdapter().argv("codex", TurnSpec(prompt="hi", permission_mode="default"))
     assert "-c" not in argv
+
+
+@pytest.mark.parametrize(
+    ("sources", "flag"),
+    [(None, None), ((), ""), (("project",), "project"), (("project", "local"), "project,local")],
+    ids=["unset: the CLI's default", "none of the agent's", "project", "two"],
+)
+def test_claude_codes_setting_sources(sources: tuple[str, ...] | None, flag: str | None) -> None:
+    """`--setting-sources` only when the server restricts them, as one token after it."""
+    spec = TurnSpec(prompt="hi", permission_mode=BYPASS_PERMISSIONS, setting_sources=sources)
+    argv = ClaudeCodeAdapter().argv("claude", spec)
+    if flag is None:
+        assert "--setting-sources" not in argv
+    else:
+        assert argv[argv.index("--setting-sources") + 1] == flag
