@@ -326,3 +326,28 @@ def test_each_turn_uses_its_own_api_key_override(
         expected = override or baseline
         assert response.json()["response"].strip() == f"served-by fp={fingerprint(expected)}"
         assert response.headers.get(OVERRIDE_HEADER) == ("api_key" if override else None)
+
+
+@pytest.mark.parametrize(("runtime", "api_name"), RUNTIMES)
+def test_a_ladder_turn_completes_on_b_after_as_429(
+    servers: dict[str, ServerProcess],
+    api_of: dict[str, Api],
+    secret_registry: SecretRegistry,
+    runtime: str,
+    api_name: str,
+) -> None:
+    """A's 429 never reaches the CLI: the same request goes again on B, which serves;
+    the answer names both keys, A's refusal a rate limit."""
+    api = api_of[api_name]
+    a = secret_registry.new(f"ladder_ratelimit_{api_name}")
+    b = secret_registry.new(f"ladder_b_{api_name}")
+    body = {"message": "hi", "auth_override": {"api_key": a}, "auth_ladder": [{"api_key": b}]}
+    response, sent = turn(api, servers[f"{runtime}-brokered"], body)
+    assert response.status_code == 200, response.text
+    assert response.json()["response"].strip() == f"served-by fp={fingerprint(b)}"
+    key_header = "authorization" if api_name == "openai" else "x-goog-api-key"
+    assert [c.headers[key_header] for c in sent] == [f"fp:{fingerprint(a)}", f"fp:{fingerprint(b)}"]
+    assert comparable(sent[0])["body"] == comparable(sent[1])["body"]
+    used_a, used_b = response.json()["metadata"]["credentials"]
+    assert [r["error_code"] for r in used_a["refusals"]] == ["rate_limit"]
+    assert (used_b["fingerprint"], used_b["served"]) == ("sha256:" + fingerprint(b), 1)
