@@ -351,3 +351,36 @@ def test_a_ladder_turn_completes_on_b_after_as_429(
     used_a, used_b = response.json()["metadata"]["credentials"]
     assert [r["error_code"] for r in used_a["refusals"]] == ["rate_limit"]
     assert (used_b["fingerprint"], used_b["served"]) == ("sha256:" + fingerprint(b), 1)
+
+
+@pytest.mark.parametrize(("runtime", "api_name"), RUNTIMES)
+def test_a_dotenv_route_to_the_agents_host_moves_no_key(
+    servers: dict[str, ServerProcess],
+    api_of: dict[str, Api],
+    secret_registry: SecretRegistry,
+    runtime: str,
+    api_name: str,
+    tmp_path: Path,
+) -> None:
+    """`.env`'s base URL (and, for Codex, a `CODEX_HOME` whose config.toml names a provider
+    of the agent's host) is not the route of the server's key: the API serves the turn
+    with the override, the agent's host hears nothing."""
+    api = api_of[api_name]
+    server = servers[f"{runtime}-brokered"]
+    host: Api = CapturingResponses() if api_name == "openai" else CapturingGemini()
+    with host:
+        if isinstance(host, CapturingResponses):
+            home = host.write_codex_home(tmp_path / "agent-codex-home")
+            lines = f"OPENAI_BASE_URL={host.base_url}/v1\nCODEX_HOME={home}\n"
+        else:
+            lines = f"GOOGLE_GEMINI_BASE_URL={host.base_url}\n"
+        server.env_file.write_text(lines)
+        try:
+            secret = secret_registry.new(f"dotenv_route_{api_name}")
+            body = {"message": "hi", "auth_override": {"api_key": secret}}
+            response, _ = turn(api, server, body)
+        finally:
+            server.env_file.unlink()
+        assert host.captured == []
+    assert response.status_code == 200, response.text
+    assert response.json()["response"].strip() == f"served-by fp={fingerprint(secret)}"
