@@ -56,9 +56,13 @@ class Settings:
     spawn_user: SpawnUser | None = None
     """`AGENT_SERVER_SPAWN_USER`: whom every spawn runs as (None: the server's own uid)."""
     broker: bool = False
-    """`AGENT_SERVER_BROKER=1`: Claude Code's credentials reach only the broker (§4.8)."""
+    """`AGENT_SERVER_BROKER=1`: the CLI's credentials reach only the broker (§4.8)."""
     heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S
     """`AGENT_SERVER_HEARTBEAT_INTERVAL_S`: how often the heartbeat is sent (§8)."""
+    setting_sources: tuple[str, ...] | None = None
+    """`AGENT_SERVER_SETTING_SOURCES`: the only settings files Claude Code loads besides
+    the server's (managed settings): some of `user,project,local`, or none when empty;
+    None (unset): the CLI's own default, all three (contract §4.8)."""
 
     @property
     def override_file(self) -> Path:
@@ -117,12 +121,32 @@ class Settings:
                 HEARTBEAT_INTERVAL_S,
                 bounds=(MIN_HEARTBEAT_INTERVAL_S, MAX_HEARTBEAT_INTERVAL_S),
             ),
+            setting_sources=_setting_sources(environ),
         )
 
     @classmethod
     def from_env(cls) -> Settings:
         """Parse settings from this process's environment (and whether stderr is a tty)."""
         return cls.from_environ(os.environ, isatty=sys.stderr.isatty())
+
+
+SETTING_SOURCES = ("user", "project", "local")
+"""Claude Code's settings files that `--setting-sources` chooses among."""
+
+
+def _setting_sources(environ: Mapping[str, str]) -> tuple[str, ...] | None:
+    """A comma-separated subset of `SETTING_SOURCES` (empty: none), or None when unset."""
+    raw = environ.get("AGENT_SERVER_SETTING_SOURCES")
+    if raw is None:
+        return None
+    sources = tuple(part.strip() for part in raw.split(",") if part.strip())
+    if unknown := [part for part in sources if part not in SETTING_SOURCES]:
+        msg = (
+            f"AGENT_SERVER_SETTING_SOURCES={raw!r} names {', '.join(map(repr, unknown))}: "
+            f"it takes some of {','.join(SETTING_SOURCES)}, or nothing"
+        )
+        raise ConfigError(msg)
+    return tuple(dict.fromkeys(sources))
 
 
 def _backend_url(environ: Mapping[str, str]) -> str | None:

@@ -57,7 +57,7 @@ class Services:
     readiness: Readiness
     controller_token: SecretStr | None
     broker: Broker | None = None
-    """The credential broker, when the settings ask for it and the runtime is Claude Code."""
+    """The credential broker, when the settings ask for it (every runtime's CLI, §4.8)."""
 
     @classmethod
     def build(
@@ -106,6 +106,7 @@ class Services:
             spawn_files=spawn_files,
             launcher=settings.spawn_user.launcher(settings.workdir) if settings.spawn_user else (),
             broker=broker,
+            setting_sources=settings.setting_sources,
         )
         return cls(
             settings=settings,

@@ -20,7 +20,7 @@ from agent_server.broker.grants import Grant, Grants
 from agent_server.broker.placement import Placement, placement
 from agent_server.broker.server import BrokerServer
 from agent_server.broker.verdict import ExchangeVerdict, rate_limit_info, verdict_of
-from agent_server.wire.names import Layer
+from agent_server.wire.names import Api, Layer
 
 __all__ = [
     "Broker",
@@ -56,14 +56,15 @@ class Broker:
 
     @contextmanager
     def lease(
-        self, env: Mapping[str, str], sources: Mapping[str, Layer]
+        self, env: Mapping[str, str], sources: Mapping[str, Layer], api: Api = "anthropic"
     ) -> Iterator[Placement | None]:
-        """Place the credential of one spawn's `env` for the lease's length (None: it stays
-        outside the broker, see `placement`); the placeholder is revoked at its end."""
+        """Place the credential of one spawn's `env` (a CLI of `api`) for the lease's length
+        (None: it stays outside the broker, see `placement`); the placeholder is revoked
+        at its end."""
         if not self.url:
             msg = "the broker has not started"
             raise RuntimeError(msg)
-        placed = placement(env, sources, self.url, self.grants.issue)
+        placed = placement(env, sources, self.url, self.grants.issue, api)
         try:
             yield placed
         finally:

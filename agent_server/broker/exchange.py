@@ -1,19 +1,20 @@
 """What the API answered one request of a turn, as the broker saw it (contract §7).
 
 The broker records each exchange at the moment its answer starts (status and the
-headers a verdict reads), and, for a refusal, the first bytes of its body (the
-API's error type and message). Nothing the CLI prints reaches this record: it is
-the one source of a credential's fate and of its headroom.
+headers a verdict reads), and, for a refusal, the facts of its body's first bytes
+(the API's error type, code and message, `error_body`). Nothing the CLI prints
+reaches this record: it is the one source of a credential's fate and of its headroom.
 """
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-ERROR_BODY_BYTES = 16 * 1024
+from agent_server.broker.error_body import MAX_BODY_BYTES, ErrorBody, read_error
+
+ERROR_BODY_BYTES = MAX_BODY_BYTES
 """How much of a refusal's body the verdict reads: the API's errors are a few hundred bytes."""
 RATE_LIMIT_PREFIX = "anthropic-ratelimit-unified-"
 _KEPT_HEADERS = ("retry-after",)
@@ -34,6 +35,8 @@ class Exchange:
     """When its answer started (epoch seconds)."""
     rung: int = 0
     """The credential of the turn's ladder it went out with (0: the turn's own)."""
+    error: ErrorBody = field(default_factory=ErrorBody)
+    """All a refusal's body says (`error_body`: its code, reason, retry); empty until read."""
 
     @property
     def served(self) -> bool:
@@ -41,17 +44,10 @@ class Exchange:
         return self.status is not None and 200 <= self.status < 300
 
     def read_error_body(self, body: bytes) -> None:
-        """Take the API's error type and message from a refusal's body, if it is JSON."""
-        try:
-            parsed = json.loads(body[:ERROR_BODY_BYTES])
-        except (ValueError, UnicodeDecodeError, RecursionError):
-            return
-        error = parsed.get("error") if isinstance(parsed, dict) else None
-        if not isinstance(error, dict):
-            return
-        kind, message = error.get("type"), error.get("message")
-        self.error_type = kind[:64] if isinstance(kind, str) else None
-        self.error_message = message[:500] if isinstance(message, str) else None
+        """Take what a refusal's body says, if it is the API's JSON error."""
+        error = read_error(body)
+        if error is not None:
+            self.error, self.error_type, self.error_message = error, error.type, error.message
 
 
 def kept_headers(headers: Mapping[str, str]) -> dict[str, str]:

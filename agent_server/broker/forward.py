@@ -1,12 +1,14 @@
 """The broker's forwarder: a CLI's request, with the real credential, to the chosen upstream.
 
-A request must present a live placeholder (`x-api-key`, or `Authorization: Bearer`);
-anything else is refused in the API's own error shape and goes nowhere. The upstream
-request is the CLI's: the same method, path, query, body and headers, but the
-credential (the grant's, in the grant's header: `_credential_header`, the one place
-it is put in) and the hop-by-hop headers. Its answer streams back as it arrives,
-framing and all; the exchange is recorded as the answer starts, and a refusal's body
-(its first bytes) is read into it before its end reaches the CLI.
+A request must present a live placeholder (`x-api-key`, `x-goog-api-key`,
+`Authorization: Bearer`, or a `key` query parameter); anything else is refused in the
+API's own error shape and goes nowhere. The upstream request is the CLI's: the same
+method, path, query, body and headers, but the credential (the grant's, in the
+grant's header: `_credential_header`, the one place it is put in; a placeholder in
+the query leaves it, as a URL is what proxies log) and the hop-by-hop headers. Its
+answer streams back as it arrives, framing and all; the exchange is recorded as the
+answer starts, and a refusal's body (its first bytes) is read into it before its end
+reaches the CLI.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import logging
 import time
 import zlib
 from datetime import UTC, datetime
+from urllib.parse import unquote_to_bytes
 
 import httptools
 
@@ -47,7 +50,8 @@ _HOP_BY_HOP = frozenset(
 )
 _SWITCHABLE = frozenset({400, 401, 402, 403, 429})
 """Statuses of a refusal another rung may fix (a 400 only about the credit balance)."""
-_NOT_FORWARDED = _HOP_BY_HOP | {b"host", b"content-length", b"authorization", b"x-api-key"}
+_KEY_HEADERS = (b"x-api-key", b"x-goog-api-key")
+_NOT_FORWARDED = _HOP_BY_HOP | {b"host", b"content-length", b"authorization", *_KEY_HEADERS}
 _NOT_RELAYED = _HOP_BY_HOP - {b"transfer-encoding"}
 """An answer's body is relayed framed as the upstream framed it, so its framing header stays."""
 
@@ -67,18 +71,21 @@ class Forwarder:
         self.pool.close()
 
     async def __call__(self, request: Request, cli: CliConnection) -> None:
-        grant = self._grant_of(request.headers)
+        try:
+            path, query = _target_of(request.target)
+        except httptools.HttpParserInvalidURLError:
+            _refuse(cli, 400, "invalid_request_error", "the request target is not a path")
+            return
+        placeholder = _query_placeholder(query)
+        grant = self._grant_of(request.headers, placeholder)
         if grant is None:
             _refuse(cli, 401, "authentication_error", "not a credential of this server")
             return
         if request.body is None:
             _refuse(cli, 413, "request_too_large", "the request body is too large")
             return
-        try:
-            path = _path_of(request.target)
-        except httptools.HttpParserInvalidURLError:
-            _refuse(cli, 400, "invalid_request_error", "the request target is not a path")
-            return
+        in_query = bool(placeholder) and self.grants.find(placeholder) is grant
+        path += _without_placeholder(query, in_query)
         forwarded = [(k, v) for k, v in request.headers if _forwarded(k, v)]
         await self._forward(grant, request.method, path, forwarded, request.body, cli)
 
@@ -127,11 +134,14 @@ class Forwarder:
             finally:
                 self.pool.release(route, connection)
 
-    def _grant_of(self, headers: list[tuple[bytes, bytes]]) -> Grant | None:
-        """The grant of the placeholder the request presents, in either credential header."""
+    def _grant_of(self, headers: list[tuple[bytes, bytes]], query: str) -> Grant | None:
+        """The grant of the placeholder the request presents, in a credential header or
+        the `key` query parameter."""
+        if query and (grant := self.grants.find(query)) is not None:
+            return grant
         for name, value in headers:
             lowered = name.lower()
-            if lowered == b"x-api-key":
+            if lowered in _KEY_HEADERS:
                 presented = value
             elif lowered == b"authorization" and value[:7].lower() == b"bearer ":
                 presented = value[7:].strip()
@@ -146,9 +156,9 @@ class Forwarder:
 def _credential_header(rung: Rung) -> tuple[bytes, bytes]:
     """The one place a real credential goes into a request: the rung's header."""
     secret = rung.secret.get_secret_value().encode("latin-1")
-    if rung.header == "x-api-key":
-        return b"x-api-key", secret
-    return b"authorization", b"Bearer " + secret
+    if rung.header == "authorization":
+        return b"authorization", b"Bearer " + secret
+    return rung.header.encode(), secret
 
 
 def _switch(exchange: Exchange) -> bool:
@@ -194,14 +204,30 @@ def _forwarded(name: bytes, value: bytes) -> bool:
     return lowered not in _NOT_FORWARDED and lowered != b"expect"
 
 
-def _path_of(target: bytes) -> str:
-    """The path and query of a request target (origin or absolute form)."""
+def _target_of(target: bytes) -> tuple[str, bytes]:
+    """The path and the query of a request target (origin or absolute form)."""
     url = httptools.parse_url(target)
     if not url.path or not url.path.startswith(b"/"):
         msg = "no path"
         raise httptools.HttpParserInvalidURLError(msg)
-    path = url.path.decode("latin-1")
-    return f"{path}?{url.query.decode('latin-1')}" if url.query else path
+    return url.path.decode("latin-1"), url.query or b""
+
+
+def _query_placeholder(query: bytes) -> str:
+    """The value of the request's `key` query parameter ('' without one)."""
+    for pair in query.split(b"&"):
+        name, _, value = pair.partition(b"=")
+        if name == b"key":
+            return unquote_to_bytes(value).decode("latin-1")
+    return ""
+
+
+def _without_placeholder(query: bytes, in_query: bool) -> str:
+    """`?<query>` as the upstream gets it ('' for none): without the `key` parameter when
+    the request presented its placeholder there (the credential goes in the grant's header)."""
+    if in_query:
+        query = b"&".join(p for p in query.split(b"&") if p.partition(b"=")[0] != b"key")
+    return "?" + query.decode("latin-1") if query else ""
 
 
 def _kept(head: AnswerHead) -> dict[str, str]:

@@ -17,14 +17,12 @@ from __future__ import annotations
 import secrets
 import threading
 from dataclasses import dataclass, field
-from typing import Literal
 
 from pydantic import SecretStr
 
 from agent_server.broker.exchange import TurnExchanges
+from agent_server.broker.providers import CredentialHeader
 
-CredentialHeader = Literal["authorization", "x-api-key"]
-"""How the real credential reaches the API: `Authorization: Bearer …` or `x-api-key`."""
 PLACEHOLDER_PREFIX = "agent-server-placeholder-"
 """Every placeholder holds this, so a log or a test tells one from a credential."""
 

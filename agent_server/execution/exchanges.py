@@ -27,7 +27,7 @@ from agent_server.credentials.state import fingerprint
 from agent_server.outcome.classify import Outcome, fallback_message, outcome_of
 from agent_server.runtimes.rate_limit import read_rate_limit
 from agent_server.wire.instants import format_instant
-from agent_server.wire.names import AuthRoute, Layer, OutcomeKind
+from agent_server.wire.names import Api, AuthRoute, Layer, OutcomeKind
 from agent_server.wire.turns import AuthOverride, RateLimitReading
 
 _DECIDED_BY_EXCHANGE = frozenset(
@@ -133,19 +133,20 @@ def placed_env(
     env: dict[str, str],
     sources: Mapping[str, Layer],
     ladder: Sequence[AuthOverride] = (),
+    api: Api = "anthropic",
 ) -> Iterator[tuple[dict[str, str], TurnExchanges | None]]:
-    """A spawn's env with its credential (and `ladder` after it) in the broker's hands,
-    and the turn's exchanges, for the block's length; `env` as it is, and None, without
-    a broker or outside it."""
+    """A spawn's env (a CLI of `api`) with its credential (and `ladder` after it) in the
+    broker's hands, and the turn's exchanges, for the block's length; `env` as it is,
+    and None, without a broker or outside it."""
     if broker is None:
         yield env, None
         return
-    with broker.lease(env, sources) as placed:
+    with broker.lease(env, sources, api) as placed:
         if placed is None:
             yield env, None
             return
         # Set before the spawn: no request can reach the grant before this.
-        placed.grant.ladder = tuple(rung_of(o, placed.grant.upstream) for o in ladder)
+        placed.grant.ladder = tuple(rung_of(o, placed.grant.upstream, api) for o in ladder)
         yield placed.env, placed.grant.exchanges
 
 

@@ -46,7 +46,7 @@ from agent_server.process.runner import ProcessFacts, run_process
 from agent_server.process.spawn_user import launcher_failed
 from agent_server.records.results import Results
 from agent_server.redaction.redactor import Redactor
-from agent_server.runtimes.base import RuntimeAdapter, TurnSpec
+from agent_server.runtimes.base import RuntimeAdapter, TurnSpec, override_kinds
 from agent_server.runtimes.stream import TurnStream
 from agent_server.spawn_env.builder import SpawnEnvBuilder
 from agent_server.spawn_env.descriptors import by_descriptor
@@ -90,6 +90,8 @@ class TurnRunner:
     launcher: tuple[str, ...] = ()
     """The argv prefix that runs a spawn as the spawn user (`SpawnUser.launcher`), or none."""
     broker: Broker | None = None
+    setting_sources: tuple[str, ...] | None = None
+    """The settings files the CLI loads (`Settings.setting_sources`)."""
     """Holds each spawn's credential when set (contract §4.8); None: the spawn holds it."""
 
     async def run(self, ask: TurnAsk, *, chat: ChatSession | None = None) -> TurnAnswer:
@@ -112,17 +114,18 @@ class TurnRunner:
                 extra={"execution_id": execution_id},
             )
         override = ask.auth_override
-        if override is not None and not self.adapter.supports_auth_override:
+        brokered = self.broker is not None and self.adapter.brokered
+        if override is not None and override.kind not in override_kinds(self.adapter, brokered):
             logger.warning(
-                "runtime %s cannot take a Claude credential: auth_override ignored",
+                "runtime %s cannot take an auth_override of kind %s%s: auth_override ignored",
                 self.adapter.name,
+                override.kind,
+                "" if brokered else " without the broker",
                 extra={"execution_id": execution_id},
             )
             override = None
-        ask = replace(ask, auth_override=override).keeping_usable_ladder(
-            self.broker is not None and self.adapter.brokered, execution_id
-        )
-        credential = spawn_credential(execution_id, override)
+        ask = replace(ask, auth_override=override).keeping_usable_ladder(brokered, execution_id)
+        credential = spawn_credential(execution_id, override, self.adapter.api)
         self.redactor.add([*credential.secrets(), *(rung.secret for rung in ask.auth_ladder)])
         self.redactor.own([execution_id])  # its answers and listings name it as it is
         generation = self.store.current.generation
@@ -253,12 +256,16 @@ class TurnRunner:
         chat: bool = False,
     ) -> TurnAnswer:
         spawn = await self.spawn_envs.build(state.baseline, state.overrides, credential.layer)
-        env = self.spawn_files.env_for(spawn.env, self.adapter.spawn_files(spawn.env))
         for key in spawn.suppressed:
             # A label from a fixed set only: `.env` names are the agent's to choose.
             label = key if key in SUBSCRIPTION_SHADOW_KEYS else OTHER_LABEL
             self.metrics.suppressed_keys.labels(key=label).inc()
-        with placed_env(self.broker, env, spawn.sources, ask.auth_ladder) as (env, exchanges):
+        placing = placed_env(
+            self.broker, spawn.env, spawn.sources, ask.auth_ladder, self.adapter.api
+        )
+        with placing as (env, exchanges):
+            # Its files of the placed env: Gemini's settings follow its (the broker's) base URL.
+            env = self.spawn_files.env_for(env, self.adapter.spawn_files(env))
             environment = by_descriptor(env, self.adapter.credential_descriptors)
             return await self._run_spawns(
                 ask, execution, credential, state, environment, exchanges, chat=chat
@@ -277,6 +284,9 @@ class TurnRunner:
     ) -> TurnAnswer:
         """Spawn the turn's CLI (again on a new session if its chat's is gone); its answer."""
         spec = ask.spec(self.permission_mode, credential.model or ask.model, self.adapter)
+        # With the credential in the broker's hands, the CLI's API is the broker.
+        api_base = self.broker.url if exchanges is not None and self.broker is not None else None
+        spec = replace(spec, setting_sources=self.setting_sources, api_base=api_base)
         deadline = time.monotonic() + ask.timeout_s
         spawned_with = next((fingerprint(s) for s in credential.secrets()), state.fingerprint)
         ladder = ladder_named(credential.auth_route, spawned_with, ask.auth_ladder)

@@ -11,9 +11,8 @@ from agent_server.execution.registry import Registry
 from agent_server.metrics import CONTENT_TYPE, Metrics
 from agent_server.readiness import Readiness, runtime_available
 from agent_server.routes.respond import answer, answer_text
-from agent_server.runtimes.base import TURN_OPTIONS, RuntimeAdapter
+from agent_server.runtimes.base import TURN_OPTIONS, RuntimeAdapter, override_kinds
 from agent_server.wire.health import Capabilities, Health
-from agent_server.wire.names import AUTH_OVERRIDE_KINDS
 
 
 async def health(request: Request) -> Response:
@@ -39,7 +38,7 @@ async def health(request: Request) -> Response:
         spawn_user=settings.spawn_user.name if settings.spawn_user else None,
         containment=request.app.state.reaper.containment,
         capabilities=Capabilities(
-            auth_override=list(AUTH_OVERRIDE_KINDS) if adapter.supports_auth_override else [],
+            auth_override=list(override_kinds(adapter, settings.broker)),
             turn_options=[name for name in TURN_OPTIONS if name in adapter.honours],
             not_enforced=[name for name in TURN_OPTIONS if name in adapter.not_enforced],
         ),

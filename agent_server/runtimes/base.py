@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 from agent_server.runtimes.stream import TurnStream
 from agent_server.spawn_env.spawn_files import SpawnFile
-from agent_server.wire.names import OutcomeKind
+from agent_server.wire.names import AUTH_OVERRIDE_KINDS, Api, AuthOverrideKind, OutcomeKind
 
 TURN_OPTIONS = (
     "model",
@@ -52,6 +52,11 @@ class TurnSpec:
     persist_session: bool = True
     images: tuple[tuple[str, str], ...] = ()
     """(media type, base64 data) of each image sent with the prompt."""
+    setting_sources: tuple[str, ...] | None = None
+    """The settings files a CLI that can restrict them loads (None: its default)."""
+    api_base: str | None = None
+    """The broker's base URL when it holds the turn's credential (contract §4.8): a CLI
+    that takes its API's base on argv only (Codex) is given it there."""
 
 
 ResetParser = Callable[[str, datetime], datetime | None]
@@ -134,6 +139,8 @@ class RuntimeAdapter(Protocol):
     """True when the CLI authenticates with Claude credentials (and so takes an override)."""
     brokered: bool
     """True when the broker can stand in for its credential (contract §4.8)."""
+    api: Api
+    """The API its CLI talks to: how the broker places its credential."""
     credential_descriptors: Mapping[str, str]
     """Credential variable -> the variable that hands it on a descriptor instead (§4.7)."""
     reports_permission_mode: bool
@@ -166,3 +173,16 @@ class RuntimeAdapter(Protocol):
         """Why a turn could not run with `env` on `host`: one sentence each, names only,
         never a value (pure but for `host.present`)."""
         ...
+
+
+KEY_OVERRIDE_KINDS: tuple[AuthOverrideKind, ...] = ("api_key", "provider")
+"""What a CLI of a key-only API takes per turn: a key, or a gateway's URL and token."""
+
+
+def override_kinds(adapter: RuntimeAdapter, brokered: bool) -> tuple[AuthOverrideKind, ...]:
+    """The `auth_override` kinds a turn of `adapter` takes (contract §6.2): every kind for
+    a CLI of Claude credentials; a key or a provider for another, with the broker only
+    (without it, the CLI's own configuration would choose where the key goes)."""
+    if adapter.supports_auth_override:
+        return AUTH_OVERRIDE_KINDS
+    return KEY_OVERRIDE_KINDS if brokered and adapter.brokered else ()

@@ -36,7 +36,7 @@ from agent_server.runtimes.events import (
 from agent_server.runtimes.rate_limit import read_rate_limit
 from agent_server.runtimes.stream import TurnStream
 from agent_server.spawn_env.spawn_files import SpawnFile
-from agent_server.wire.names import BYPASS_PERMISSIONS, CLAUDE_DESCRIPTORS, OutcomeKind
+from agent_server.wire.names import BYPASS_PERMISSIONS, CLAUDE_DESCRIPTORS, Api, OutcomeKind
 
 __all__ = ["ClaudeCodeAdapter", "ClaudeStreamParser"]
 
@@ -220,6 +220,7 @@ class ClaudeCodeAdapter:
     )
     supports_auth_override = True
     brokered = True
+    api: Api = "anthropic"
     credential_descriptors: Mapping[str, str] = CLAUDE_DESCRIPTORS
     reports_permission_mode = True
     assigns_session_id = True
@@ -253,6 +254,9 @@ class ClaudeCodeAdapter:
             argv += ["--session-id", turn.new_session_id]
         if not turn.persist_session:
             argv.append("--no-session-persistence")
+        if turn.setting_sources is not None:
+            # The agent's own settings files it loads; managed settings always apply.
+            argv += ["--setting-sources", ",".join(turn.setting_sources)]
         if turn.images:
             argv += ["--input-format", "stream-json"]
         return argv

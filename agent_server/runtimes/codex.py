@@ -36,14 +36,18 @@ from agent_server.runtimes.events import (
 )
 from agent_server.runtimes.stream import TurnStream
 from agent_server.spawn_env.spawn_files import SpawnFile
-from agent_server.wire.names import BYPASS_PERMISSIONS, OutcomeKind
+from agent_server.wire.names import BYPASS_PERMISSIONS, CODEX_KEY, OPENAI_KEY, Api, OutcomeKind
 
 __all__ = ["CodexAdapter", "CodexStreamParser", "toml_string"]
 
 # Older Codex builds named the reply item `assistant_message` and the field `item_type`.
 _MESSAGE_ITEM_TYPES = frozenset({"agent_message", "assistant_message"})
-KEY_VARIABLES = ("OPENAI_API_KEY", "CODEX_API_KEY")
+KEY_VARIABLES = (OPENAI_KEY, CODEX_KEY)
 """Where Codex reads an API key (the first is its providers' usual `env_key`)."""
+BROKER_PROVIDER = "agent_server_broker"
+"""The model provider a brokered turn runs on: the broker's URL, the placeholder's key.
+Codex 0.171 takes no base URL from its environment (`OPENAI_BASE_URL` is not read),
+so it is a provider on argv, whose `-c` outranks every `config.toml` the agent writes."""
 
 # Codex's own failure texts (0.171.0), as tests/fixtures/codex records them: an
 # upstream 5xx is "We\u2019re currently experiencing high demand" with no status in it
@@ -128,6 +132,23 @@ def toml_string(text: str) -> str:
     return '"' + "".join(escaped) + '"'
 
 
+def broker_provider(api_base: str) -> list[str]:
+    """The `-c` flags that run a turn on `BROKER_PROVIDER`: the Responses API at the
+    broker's `api_base`, with the key of `OPENAI_API_KEY` as `Authorization: Bearer`."""
+    table = f"model_providers.{BROKER_PROVIDER}"
+    settings = {
+        "model_provider": BROKER_PROVIDER,
+        f"{table}.name": BROKER_PROVIDER,
+        f"{table}.base_url": api_base,
+        f"{table}.env_key": OPENAI_KEY,
+        f"{table}.wire_api": "responses",
+    }
+    argv = []
+    for key, value in settings.items():
+        argv += ["-c", f"{key}={toml_string(value)}"]
+    return argv
+
+
 class CodexAdapter:
     """Codex: authenticates with its own key or login; takes no Claude credential override."""
 
@@ -143,7 +164,8 @@ class CodexAdapter:
         reset_parsers=RESET_PARSERS,
     )
     supports_auth_override = False
-    brokered = False
+    brokered = True
+    api: Api = "openai"
     credential_descriptors: Mapping[str, str] = {}
     reports_permission_mode = False
     assigns_session_id = False
@@ -152,7 +174,8 @@ class CodexAdapter:
 
     def argv(self, command: str, turn: TurnSpec) -> list[str]:
         """`codex exec --json [--model m] --skip-git-repo-check [--dangerously-bypass-approvals-
-        and-sandbox] [--ephemeral] [-c developer_instructions=<s>] [resume <id>] -`.
+        and-sandbox] [--ephemeral] [-c developer_instructions=<s>] [-c <the broker's
+        provider>…] [resume <id>] -`.
 
         The exec flags go before the `resume` subcommand; the trailing `-` makes
         Codex read the prompt from stdin in both forms.
@@ -167,6 +190,8 @@ class CodexAdapter:
             argv.append("--ephemeral")
         if turn.system_prompt:
             argv += ["-c", f"developer_instructions={toml_string(turn.system_prompt)}"]
+        if turn.api_base:
+            argv += broker_provider(turn.api_base)
         if turn.resume_session_id:
             argv += ["resume", turn.resume_session_id]
         argv.append("-")

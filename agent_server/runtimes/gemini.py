@@ -51,7 +51,14 @@ from agent_server.runtimes.events import (
 from agent_server.runtimes.gemini_resets import RESET_PARSERS
 from agent_server.runtimes.stream import TurnStream
 from agent_server.spawn_env.spawn_files import SpawnFile
-from agent_server.wire.names import OutcomeKind
+from agent_server.wire.names import (
+    GEMINI_BASE_URL,
+    GEMINI_KEY,
+    GEMINI_SWITCHES,
+    GOOGLE_KEY,
+    Api,
+    OutcomeKind,
+)
 
 __all__ = ["GeminiAdapter", "GeminiStreamParser", "error_body_facts"]
 
@@ -163,11 +170,11 @@ def _hints() -> OutcomeHints:
 API_STATUSES = (400, 401, 403, 404, 429, 500, 502, 503, 504)
 """The API statuses Gemini CLI may exit with (mod 256: 429 exits 173)."""
 SYSTEM_DEFAULTS = "GEMINI_CLI_SYSTEM_DEFAULTS_PATH"
-AUTH_SELECTORS = ("GOOGLE_GENAI_USE_GCA", "GOOGLE_GENAI_USE_VERTEXAI")
+AUTH_SELECTORS = GEMINI_SWITCHES
 """Variables by which the environment already chooses an auth type over an API key."""
 CREDENTIAL_VARIABLES = (
-    "GEMINI_API_KEY",
-    "GOOGLE_API_KEY",
+    GEMINI_KEY,
+    GOOGLE_KEY,
     "GOOGLE_CLOUD_PROJECT",
     "GOOGLE_GENAI_USE_GCA",
     "GEMINI_CLI_USE_COMPUTE_ADC",
@@ -180,9 +187,7 @@ def headless_settings(env: Mapping[str, str]) -> dict[str, Any]:
     """The settings a spawn with `env` needs to run headless: its own retries off, and
     the API-key auth type when a base URL is set and nothing else chooses one."""
     settings: dict[str, Any] = {"general": {"maxAttempts": 1}}
-    if env.get("GOOGLE_GEMINI_BASE_URL") and not any(
-        env.get(name) == "true" for name in AUTH_SELECTORS
-    ):
+    if env.get(GEMINI_BASE_URL) and not any(env.get(name) == "true" for name in AUTH_SELECTORS):
         settings["security"] = {"auth": {"selectedType": "gemini-api-key"}}
     return settings
 
@@ -195,7 +200,8 @@ class GeminiAdapter:
     default_command = "gemini"
     hints = _hints()
     supports_auth_override = False
-    brokered = False
+    brokered = True
+    api: Api = "gemini"
     credential_descriptors: Mapping[str, str] = {}
     reports_permission_mode = False
     assigns_session_id = False

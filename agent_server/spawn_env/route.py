@@ -17,6 +17,9 @@ who receives its credential. The baseline can hold two kinds of endpoint:
 2. a gateway URL carries only the gateway's own credential: with any other one the
    URL goes (Anthropic's default endpoint serves it), and the gateway's spawn does
    not carry the subscription token beside its own.
+
+Rule 1 holds for a key-only API's base URL too (`OPENAI_BASE_URL`,
+`GOOGLE_GEMINI_BASE_URL`, `names.KEY_APIS`): `.env` routes only a key `.env` set.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from agent_server.wire.names import (
     BASE_URL,
     CLAUDE_CREDENTIALS,
     CLAUDE_OAUTH,
+    KEY_APIS,
     PROVIDER_SWITCHES,
     ROUTING_VARS,
     Layer,
@@ -66,10 +70,10 @@ def guard_route(
     baseline: Mapping[str, str], env: dict[str, str], sources: dict[str, Layer]
 ) -> frozenset[str]:
     """Apply both rules to `env`/`sources` in place; return the `.env` names they overrode."""
+    rerouted = _guard_key_routes(baseline, env, sources)
     credential = effective_credential(env, sources)
     if credential is None:
-        return frozenset()
-    rerouted = set()
+        return frozenset(rerouted)
     if credential.layer != "env_file":
         for name in ROUTING_VARS:
             if sources.get(name) != "env_file":
@@ -87,6 +91,27 @@ def guard_route(
         else:
             del env[BASE_URL], sources[BASE_URL]
     return frozenset(rerouted)
+
+
+def _guard_key_routes(
+    baseline: Mapping[str, str], env: dict[str, str], sources: dict[str, Layer]
+) -> set[str]:
+    """Rule 1 for each key-only API: a base URL from `.env` falls back to the baseline's
+    (or goes) when the key the CLI reads first is the server's (not `.env`'s)."""
+    rerouted = set()
+    for names in KEY_APIS.values():
+        name = names.base_url
+        if sources.get(name) != "env_file":
+            continue
+        key = next((variable for variable in names.keys if env.get(variable)), None)
+        if key is None or sources.get(key) == "env_file":
+            continue  # no key of the server's goes there
+        rerouted.add(name)
+        if name in baseline:
+            env[name], sources[name] = baseline[name], "baseline"
+        else:
+            del env[name], sources[name]
+    return rerouted
 
 
 def _gateway(baseline: Mapping[str, str]) -> str | None:

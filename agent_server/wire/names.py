@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
 from types import MappingProxyType
@@ -24,6 +25,38 @@ SUBSCRIPTION_SHADOW_KEYS = (API_KEY, AUTH_TOKEN, *PROVIDER_SWITCHES)
 """The names Claude Code prefers over `CLAUDE_CODE_OAUTH_TOKEN` (the recorded transcripts)."""
 CLAUDE_CREDENTIALS = (API_KEY, AUTH_TOKEN, CLAUDE_OAUTH)
 """In the order the CLI prefers them (`apiKeySource` reports the first)."""
+
+OPENAI_KEY = "OPENAI_API_KEY"
+CODEX_KEY = "CODEX_API_KEY"
+OPENAI_BASE_URL = "OPENAI_BASE_URL"
+GEMINI_KEY = "GEMINI_API_KEY"
+GOOGLE_KEY = "GOOGLE_API_KEY"
+GEMINI_BASE_URL = "GOOGLE_GEMINI_BASE_URL"
+GEMINI_SWITCHES = ("GOOGLE_GENAI_USE_VERTEXAI", "GOOGLE_GENAI_USE_GCA")
+"""Gemini CLI's choices of another auth than an API key (Vertex AI, a Google login)."""
+
+Api = Literal["anthropic", "openai", "gemini"]
+"""The API a runtime's CLI talks to, and so how the broker stands in for its credential."""
+
+
+@dataclass(frozen=True)
+class ApiNames:
+    """The variables by which a CLI finds one API's key and its base URL."""
+
+    keys: tuple[str, ...]
+    """The key variables, the one the CLI prefers first."""
+    base_url: str
+    switches: tuple[str, ...] = ()
+    """Variables that, set true, take the CLI to an auth it signs for itself."""
+
+
+KEY_APIS: Mapping[str, ApiNames] = MappingProxyType(
+    {
+        "openai": ApiNames((OPENAI_KEY, CODEX_KEY), OPENAI_BASE_URL),
+        "gemini": ApiNames((GEMINI_KEY, GOOGLE_KEY), GEMINI_BASE_URL, GEMINI_SWITCHES),
+    }
+)
+"""The APIs a CLI authenticates to with a plain API key (Claude's names are above)."""
 
 ROUTING_VARS = frozenset(
     {

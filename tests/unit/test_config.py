@@ -72,6 +72,7 @@ def test_the_controller_token_is_secret_and_stripped() -> None:
         pytest.param("AGENT_SERVER_HEARTBEAT_INTERVAL_S", "0.1", id="a heartbeat flood"),
         pytest.param("AGENT_SERVER_HEARTBEAT_INTERVAL_S", "301", id="a heartbeat too rare"),
         pytest.param("AGENT_SERVER_HEARTBEAT_INTERVAL_S", "inf", id="no heartbeat at all"),
+        pytest.param("AGENT_SERVER_SETTING_SOURCES", "user,policy", id="an unknown source"),
     ],
 )
 def test_bad_values_are_refused(name: str, value: str) -> None:
@@ -144,3 +145,14 @@ def test_the_heartbeat_interval(value: str | None, expected: float) -> None:
     if value is not None:
         environ["AGENT_SERVER_HEARTBEAT_INTERVAL_S"] = value
     assert Settings.from_environ(environ).heartbeat_interval_s == expected
+
+
+@pytest.mark.parametrize(
+    ("raw", "sources"),
+    [(None, None), ("", ()), (" project , local,project", ("project", "local"))],
+    ids=["unset: the CLI's default", "empty: none", "a list, trimmed, each once"],
+)
+def test_setting_sources(raw: str | None, sources: tuple[str, ...] | None) -> None:
+    """AGENT_SERVER_SETTING_SOURCES: which of the agent's settings files Claude Code loads."""
+    environ = {"HOME": "/h"} if raw is None else {"HOME": "/h", "AGENT_SERVER_SETTING_SOURCES": raw}
+    assert Settings.from_environ(environ).setting_sources == sources

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import pytest
 from pydantic import SecretStr
@@ -163,3 +164,49 @@ def test_no_override_leaves_every_lower_layer_as_it_was() -> None:
     with_layer = build_spawn_env(DIRTY_BASELINE, DIRTY_DOTENV, RELOADED, layer).env
     without = build_spawn_env(DIRTY_BASELINE, DIRTY_DOTENV, RELOADED).env
     assert with_layer == {**without, EXECUTION_ID: "exec-3"}
+
+
+@pytest.mark.parametrize(
+    ("api", "override", "values", "drop"),
+    [
+        (
+            "openai",
+            AuthOverride(api_key=SecretStr("k")),
+            {"OPENAI_API_KEY": "k"},
+            {"CODEX_API_KEY"},
+        ),
+        (
+            "gemini",
+            AuthOverride(api_key=SecretStr("k")),
+            {"GEMINI_API_KEY": "k"},
+            {"GOOGLE_API_KEY", "GOOGLE_GENAI_USE_VERTEXAI", "GOOGLE_GENAI_USE_GCA"},
+        ),
+        (
+            "gemini",
+            AuthOverride(
+                provider=ProviderOverride(base_url="https://gw.example", auth_token=SecretStr("k"))
+            ),
+            {"GEMINI_API_KEY": "k", "GOOGLE_GEMINI_BASE_URL": "https://gw.example"},
+            {"GOOGLE_API_KEY", "GOOGLE_GENAI_USE_VERTEXAI", "GOOGLE_GENAI_USE_GCA"},
+        ),
+    ],
+    ids=["an OpenAI key", "a Gemini key", "a Gemini gateway"],
+)
+def test_a_key_apis_override_goes_under_its_names(
+    api: Literal["openai", "gemini"],
+    override: AuthOverride,
+    values: dict[str, str],
+    drop: set[str],
+) -> None:
+    """A key (a gateway's token) under the variable the CLI reads first, a gateway's URL
+    as its base; no Claude name is touched."""
+    credential = spawn_credential("exec-k", override, api)
+    layer = credential.layer
+    got = {
+        name: value.get_secret_value() if isinstance(value, SecretStr) else value
+        for name, value in layer.values.items()
+        if name != EXECUTION_ID
+    }
+    assert got == values
+    assert layer.drop == drop
+    assert credential.auth_route == override.kind
