@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import ctypes
 import json
 import logging
 import math
@@ -28,6 +29,9 @@ from agent_server.process.spawn_user import check_can_switch
 from agent_server.process.timings import server_shutdown_timeout
 from agent_server.wire.credentials import CredentialStatus, DriftRow
 from agent_server.wire.names import CONTROLLER_TOKEN
+
+_M_ARENA_MAX = -8
+"""`mallopt`'s parameter for the most arenas (glibc's malloc.h)."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -61,6 +65,19 @@ def main(argv: list[str] | None = None) -> int:
     return _status(settings, as_json=args.json)
 
 
+def _one_malloc_arena() -> None:
+    """Every thread allocates from the one heap (glibc's `M_ARENA_MAX` = 1).
+
+    The server's threads (a large answer made aside, records written, the broker's
+    loop) run one at a time under the GIL, so arenas of their own buy no speed; each
+    would keep what it freed as its own, and a large answer made on a worker thread
+    held about 13 MiB more at its peak (docs/benchmarks.md, figure 4). A C library
+    without `mallopt` (not glibc) keeps its own policy."""
+    mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
+    if mallopt is not None:
+        mallopt(_M_ARENA_MAX, 1)
+
+
 def serve(client_limits: ClientLimits | None = None) -> int:
     """Serve until SIGTERM/SIGINT; `client_limits` replaces the slow-client limits (tests)."""
     from agent_server.app import create_app
@@ -69,6 +86,7 @@ def serve(client_limits: ClientLimits | None = None) -> int:
     from agent_server.services import Services
 
     lean_records()
+    _one_malloc_arena()
     # Before anything: the agent runs as this user and must not read our memory or
     # environment, which hold the controller token (contract §10).
     forbid_dumps()
