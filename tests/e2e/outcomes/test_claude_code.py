@@ -4,7 +4,10 @@ One server (and one Messages API stand-in) serves the whole module; every turn p
 its outcome with an `auth_override` whose credential names a stand-in scenario. The
 turns run once, concurrently, and each test reads its answer. Two more servers show
 the container faults: one without IS_SANDBOX (we run as root), one whose runtime
-command does not exist.
+command does not exist. The module runs twice: the CLI holding its credential, and
+through the broker (§4.8), where what differs is what the contract says differs: a
+turn the API answered no request of names no credential, the reading is the API's
+headers (none without them), and a key's 429 resets when its `retry-after` says.
 """
 
 from __future__ import annotations
@@ -92,14 +95,22 @@ def credentials(secret_registry: SecretRegistry) -> Credentials:
     return Credentials(secret_registry)
 
 
+@pytest.fixture(scope="module", params=["direct", "brokered"])
+def mode(request: pytest.FixtureRequest) -> str:
+    """Every row twice: the CLI holding its credential, and through the broker (§4.8),
+    where a credential's outcome is what the API answered the broker."""
+    return str(request.param)
+
+
 @pytest.fixture(scope="module")
 def claude_servers(
-    module_turn_servers: TurnServers, real_claude: Path, api: MessagesApiStandIn
+    module_turn_servers: TurnServers, real_claude: Path, api: MessagesApiStandIn, mode: str
 ) -> dict[str, ServerProcess]:
     """The main server, one without IS_SANDBOX, and one whose runtime command is missing."""
     cli_env = {
         "AGENT_SERVER_RUNTIME_COMMAND": str(real_claude),
         "ANTHROPIC_BASE_URL": api.base_url,
+        "AGENT_SERVER_BROKER": "1" if mode == "brokered" else "0",
         **QUIET_CLI,
     }
     main = module_turn_servers.start(**cli_env)
@@ -197,7 +208,9 @@ def live(
     return answers
 
 
-def _assert_error_shape(answer: Answer, error_code: str) -> dict[str, Any]:
+def _assert_error_shape(answer: Answer, error_code: str, *, named: bool = True) -> dict[str, Any]:
+    """The §7 body; `named`: the answer names its override's route in the header (with
+    the broker, only a turn the API answered a request of does)."""
     detail = answer.detail
     assert set(detail) == set(ERROR_DETAIL_KEYS), answer.text
     assert detail["error_code"] == error_code, answer.text
@@ -208,7 +221,8 @@ def _assert_error_shape(answer: Answer, error_code: str) -> dict[str, Any]:
     override = answer.sent.get("auth_override")
     route = next(iter(override)) if override else "baseline"
     assert detail["auth_route"] == route
-    assert answer.headers.get("X-Trinity-Auth-Override") == (route if override else None)
+    expected = route if override and named else None
+    assert answer.headers.get("X-Trinity-Auth-Override") == expected
     assert not stray_controller_words(error_code, detail["message"]), detail["message"]
     return detail
 
@@ -242,7 +256,7 @@ def _ahead_s(instant: str) -> float:
 
 
 def test_a_success_carries_the_providers_headroom_reading(
-    live: dict[str, Answer], claude_servers: dict[str, ServerProcess]
+    live: dict[str, Answer], claude_servers: dict[str, ServerProcess], mode: str
 ) -> None:
     """The CLI's rate_limit_event of a served turn is its metadata.rate_limit, and it is
     retained with the result."""
@@ -261,8 +275,11 @@ def test_a_success_carries_the_providers_headroom_reading(
     assert 3400 < _ahead_s(reading["five_hour"]["resets_at"]) <= 3601
     retained = claude_servers["main"].get(f"/api/executions/{answer.sent['execution_id']}/result")
     assert retained.json()["metadata"]["rate_limit"] == reading
-    # Without the headers the CLI still reports a reading: allowed, and nothing measured.
     bare = live["success"].json["metadata"]["rate_limit"]
+    if mode == "brokered":  # the reading is the API's headers, and there were none
+        assert bare is None
+        return
+    # Without the headers the CLI still reports a reading: allowed, and nothing measured.
     assert bare["status"] == "allowed"
     assert bare["five_hour"] is None
     assert bare["seven_day"] is None
@@ -305,15 +322,20 @@ def test_a_subscription_wall_is_a_rate_limit_with_its_reset(
     assert RESET_IN_S - 120 < retry_after <= RESET_IN_S + 1
 
 
-def test_an_api_key_429_has_no_invented_reset(live: dict[str, Answer]) -> None:
-    """A per-key 429 reports no reset instant: resets_at null and no Retry-After."""
+def test_an_api_key_429_has_no_invented_reset(live: dict[str, Answer], mode: str) -> None:
+    """A per-key 429 is no window's. The CLI reports no reset instant (resets_at null, no
+    Retry-After); through the broker the API's own `retry-after` is the reset."""
     answer = live["api_key_429"]
     assert answer.status == 429, answer.text
     detail = _assert_error_shape(answer, "rate_limit")
-    assert detail["resets_at"] is None
     assert detail["rate_limit_type"] is None
     assert detail["switch_credential"] is True
-    assert "Retry-After" not in answer.headers
+    if mode == "direct":
+        assert detail["resets_at"] is None
+        assert "Retry-After" not in answer.headers
+        return
+    assert 3400 < _ahead_s(detail["resets_at"]) <= RESET_IN_S + 1
+    assert RESET_IN_S - 120 < int(answer.headers["Retry-After"]) <= RESET_IN_S + 1
 
 
 # --- auth and billing -----------------------------------------------------------------
@@ -379,37 +401,41 @@ def test_a_transient_upstream_failure_is_retryable_without_a_switch(
     assert detail["api_error_status"] == api_status
 
 
-def test_our_deadline_is_a_timeout(live: dict[str, Answer]) -> None:
+def test_our_deadline_is_a_timeout(live: dict[str, Answer], mode: str) -> None:
     """A turn past its timeout_seconds answers 504 timeout."""
     answer = live["timeout"]
     assert answer.status == 504, answer.text
-    detail = _assert_error_shape(answer, "timeout")
+    detail = _assert_error_shape(answer, "timeout", named=mode == "direct")
     assert detail["switch_credential"] is False
 
 
-def test_a_cli_killed_by_a_signal_is_killed(live: dict[str, Answer]) -> None:
+def test_a_cli_killed_by_a_signal_is_killed(live: dict[str, Answer], mode: str) -> None:
     """The CLI SIGKILLed mid-turn (as by the OOM killer) answers 504 killed."""
     answer = live["killed"]
     assert answer.status == 504, answer.text
-    detail = _assert_error_shape(answer, "killed")
+    detail = _assert_error_shape(answer, "killed", named=mode == "direct")
     assert detail["switch_credential"] is False
     assert detail["metadata"]["exit_code"] == -signal.SIGKILL
 
 
-def test_root_without_sandbox_is_a_permission_bypass_fault(live: dict[str, Answer]) -> None:
+def test_root_without_sandbox_is_a_permission_bypass_fault(
+    live: dict[str, Answer], mode: str
+) -> None:
     """As root without IS_SANDBOX the CLI refuses bypassPermissions: 503 container_fault."""
     answer = live["root_refusal"]
     assert answer.status == 503, answer.text
-    detail = _assert_error_shape(answer, "container_fault")
+    detail = _assert_error_shape(answer, "container_fault", named=mode == "direct")
     assert detail["message"].startswith("Permission bypass failed")
     assert detail["switch_credential"] is False
 
 
-def test_a_missing_runtime_is_the_literal_container_fault(live: dict[str, Answer]) -> None:
+def test_a_missing_runtime_is_the_literal_container_fault(
+    live: dict[str, Answer], mode: str
+) -> None:
     """A runtime command that does not exist answers the exact message the controller knows."""
     answer = live["missing_runtime"]
     assert answer.status == 503, answer.text
-    detail = _assert_error_shape(answer, "container_fault")
+    detail = _assert_error_shape(answer, "container_fault", named=mode == "direct")
     assert detail["message"] == CONTAINER_FAULT_MESSAGE
     assert detail["switch_credential"] is False
 

@@ -108,19 +108,33 @@ def apis() -> Iterator[tuple[ResponsesApiStandIn, GeminiApiStandIn]]:
         yield openai, gemini
 
 
+@pytest.fixture(scope="module", params=["direct", "brokered"])
+def mode(request: pytest.FixtureRequest) -> str:
+    """Every row twice: the CLI holding its key, and through the broker (§4.8), where
+    the key's outcome is what the API answered the broker."""
+    return str(request.param)
+
+
 def _environ(
     runtime: str,
     key: str | None,
     home: Path,
     apis: tuple[ResponsesApiStandIn, GeminiApiStandIn],
+    mode: str,
 ) -> dict[str, str]:
     """A server's environment: the real CLI, pointed at its stand-in, with `key`."""
     openai, gemini = apis
     # Codex words a reset in the CLI's local time: the container's clock, UTC.
-    env = {"AGENT_RUNTIME": runtime, "TZ": "UTC"}
+    env = {
+        "AGENT_RUNTIME": runtime,
+        "TZ": "UTC",
+        "AGENT_SERVER_BROKER": "1" if mode == "brokered" else "0",
+    }
     if runtime == "codex":
         env["AGENT_SERVER_RUNTIME_COMMAND"] = str(CODEX.require())
         env["CODEX_HOME"] = str(openai.write_codex_home(home / "codex-home"))
+        # Through the broker, the key's upstream is the server's OPENAI_BASE_URL.
+        env["OPENAI_BASE_URL"] = f"{openai.base_url}/v1"
         if key is not None:
             env["OPENAI_API_KEY"] = key
     else:
@@ -136,6 +150,7 @@ def agents(
     module_turn_servers: TurnServers,
     secret_registry: SecretRegistry,
     apis: tuple[ResponsesApiStandIn, GeminiApiStandIn],
+    mode: str,
 ) -> dict[str, Agent]:
     """Every server of the module, started concurrently."""
 
@@ -145,7 +160,7 @@ def agents(
         if scenario is not None:
             key = secret_registry.add(name, f"tsec{scenario}{secrets.token_hex(10)}")
         home = module_turn_servers.home(name)
-        env = _environ(runtime, key, home, apis)
+        env = _environ(runtime, key, home, apis, mode)
         if name == "gemini_restricted":
             env["GEMINI_RESTRICTED_MODE"] = "true"
         return Agent(module_turn_servers.start(home, **env), key)
@@ -260,14 +275,19 @@ def test_the_body_trinity_sends_runs_with_its_system_prompt(
     ],
 )
 def test_a_rate_limit_is_429_with_its_reset_when_the_cli_names_one(
-    live: dict[str, Answer], name: str, api_status: int | None, reset_in: timedelta | None
+    live: dict[str, Answer],
+    mode: str,
+    name: str,
+    api_status: int | None,
+    reset_in: timedelta | None,
 ) -> None:
     """429 rate_limit, switch; resets_at and Retry-After only when the CLI names a reset
     (Codex words it to the minute: `try again at 6:48 AM.`; Gemini CLI counts from the
-    answer: `Please retry in 3600s.`)."""
+    answer: `Please retry in 3600s.`) or, through the broker, the API's answer does.
+    Through the broker the API's status is the exchange's, whatever the CLI prints."""
     answer = live[name]
     detail = _error(answer, 429, "rate_limit")
-    assert detail["api_error_status"] == api_status
+    assert detail["api_error_status"] == (429 if mode == "brokered" else api_status)
     if reset_in is None:
         assert detail["resets_at"] is None
         assert "Retry-After" not in answer.headers
