@@ -96,8 +96,10 @@ def _kind(status: int, words: frozenset[str], message: str) -> OutcomeKind | Non
         return OutcomeKind.RATE_LIMIT
     if status in (401, 403) or words & _AUTH_WORDS:
         return OutcomeKind.AUTH
-    if status == 404 or words & _MODEL_WORDS or (status == 400 and "model" in message):
-        # The Messages API answers an unknown model 404 not_found_error (`model: m`).
+    if words & _MODEL_WORDS or (status in (400, 404) and "model" in message):
+        # Each API's refusal of a model names it (`model: m`, "The model `m` does not
+        # exist", `models/m is not found`); a 404 on a path (a wrong base URL) is no
+        # model's, and no row of its own.
         return OutcomeKind.MODEL_UNSUPPORTED
     if status >= 500 or words & _UPSTREAM_WORDS:
         return OutcomeKind.UPSTREAM_UNAVAILABLE

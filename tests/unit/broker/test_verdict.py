@@ -46,6 +46,11 @@ def exchange(
             OutcomeKind.MODEL_UNSUPPORTED,
         ),
         (
+            "a 404 on a path (a wrong base URL) is no model's",
+            exchange(404, "not_found", "Not found: /responses"),
+            None,
+        ),
+        (
             "a 529 is the upstream's",
             exchange(529, "overloaded_error"),
             OutcomeKind.UPSTREAM_UNAVAILABLE,
