@@ -56,8 +56,11 @@ async def test_a_due_retry_runs_once_across_two_instances(store_url: str) -> Non
         serving(store_url, {"a1": agents[0].client()}) as one,
         serving(store_url, {"a1": agents[1].client()}) as two,
     ):
-        await _seed_retry(one.store)
-        assert [await one.instance.arm_waiting(), await two.instance.arm_waiting()] == [1, 1]
+        retry = await _seed_retry(one.store)
+        # Both armed before either runs (no await between): a due retry armed by one
+        # instance may otherwise be run and gone before the other reads the store.
+        one.instance.scheduler.arm(retry)
+        two.instance.scheduler.arm(retry)
 
         async def gone() -> bool:
             return not (await one.store.snapshot()).retries
@@ -72,6 +75,21 @@ async def test_a_due_retry_runs_once_across_two_instances(store_url: str) -> Non
     assert [turn["execution_id"] for turn in turns] == ["t-9"]
     assert turns[0]["message"] == "go on"
     assert sorted(runs) == [0, 1]
+
+
+async def test_an_instance_arms_the_waiting_turns_it_can_run(store_url: str) -> None:
+    """`arm_waiting` arms each retry with a kept request for an agent it reaches; one
+    without a request (an older `pool walk`'s) or for an agent of no client is left."""
+    agent = MockAgent({})
+    async with serving(store_url, {"a1": agent.client()}) as served:
+        await _seed_retry(served.store)
+        bare = ScheduledRetry("a1", "r2", NOW, None, "t-bare", NOW - timedelta(hours=1))
+        elsewhere = ScheduledRetry(
+            "a9", "r3", NOW, None, "t-else", NOW - timedelta(hours=1), request=REQUEST
+        )
+        await served.store.schedule_retry(bare)
+        await served.store.schedule_retry(elsewhere)
+        assert await served.instance.arm_waiting() == 1
 
 
 async def test_the_switch_back_runs_once_across_two_instances(store_url: str) -> None:
