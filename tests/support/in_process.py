@@ -1,8 +1,9 @@
 """The real ASGI app in-process: Services over the fake CLI and an httpx client of it.
 
 httpx's `ASGITransport` runs the app's routes, middleware and error handlers on the
-test's own event loop, with no server and no lifespan. Each test builds its own
-Services, so no two tests share a counter, a registry or a state dir.
+test's own event loop, with no server and no lifespan; `app_client` starts and stops
+the services' broker (on by default, contract §4.8) as the lifespan would. Each test
+builds its own Services, so no two tests share a counter, a registry or a state dir.
 """
 
 from __future__ import annotations
@@ -60,12 +61,31 @@ async def app_client(
     headers: Mapping[str, str] | None = None,
     raise_app_exceptions: bool = True,
 ) -> AsyncIterator[httpx.AsyncClient]:
-    """A client of `create_app(services)`; it sends the controller token unless `headers`."""
+    """A client of `create_app(services)`; it sends the controller token unless `headers`.
+
+    The services' broker, if any, listens for as long as the client is open.
+    """
     app = create_app(services.settings, services)
     transport = _OverTheWire(app=app, raise_app_exceptions=raise_app_exceptions)
     sent = HEADERS if headers is None else headers
-    async with httpx.AsyncClient(transport=transport, base_url=BASE_URL, headers=sent) as client:
+    async with (
+        _broker_running(services),
+        httpx.AsyncClient(transport=transport, base_url=BASE_URL, headers=sent) as client,
+    ):
         yield client
+
+
+@asynccontextmanager
+async def _broker_running(services: Services) -> AsyncIterator[None]:
+    """The services' broker listening (as the app's lifespan starts it), then stopped."""
+    if services.broker is None:
+        yield
+        return
+    await services.broker.start()
+    try:
+        yield
+    finally:
+        await services.broker.stop()
 
 
 def request(
