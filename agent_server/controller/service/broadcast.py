@@ -27,6 +27,7 @@ class Broadcast:
         self._queue_size = queue_size
         self._queues: set[asyncio.Queue[tuple[str, dict[str, Any]] | None]] = set()
         self.dropped = 0
+        self._closed = False
 
     @property
     def subscribers(self) -> int:
@@ -49,12 +50,15 @@ class Broadcast:
         queue.put_nowait(_CLOSED)
 
     def close(self) -> None:
-        """End every stream (the service is shutting down)."""
+        """End every stream, and every one opened later (the service is shutting down)."""
+        self._closed = True
         for queue in list(self._queues):
             self._drop(queue)
 
     async def stream(self, keepalive_s: float = KEEPALIVE_S) -> AsyncIterator[str]:
         """One subscriber's server-sent events, until it is dropped or the service closes."""
+        if self._closed:  # opened after the shutdown began: it would hold the shutdown
+            return
         queue: asyncio.Queue[tuple[str, dict[str, Any]] | None] = asyncio.Queue(self._queue_size)
         self._queues.add(queue)
         try:

@@ -60,3 +60,12 @@ async def test_closing_ends_every_stream_after_its_events() -> None:
     broadcast.close()
     assert [chunk.split("\n")[0] async for chunk in stream] == ["event: walk"]
     assert broadcast.subscribers == 0
+
+
+async def test_a_stream_opened_after_closing_ends_at_once() -> None:
+    """A client that subscribes while the service shuts down (its request raced the
+    signal) gets an empty stream, not one that holds the shutdown for the drain."""
+    broadcast = Broadcast()
+    broadcast.close()
+    assert [chunk async for chunk in broadcast.stream()] == []
+    assert broadcast.subscribers == 0
