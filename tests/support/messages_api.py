@@ -197,11 +197,16 @@ def unified_rate_limit_headers(window: str, resets_at: int) -> dict[str, str]:
     }
 
 
-def api_key_rate_limit_headers(retry_after_s: int) -> dict[str, str]:
+KEY_RETRY_AFTER_S = 30
+"""An API key's 429 is a per-minute limit's: its `retry-after` is seconds, never the
+subscription windows' hours (the broker believes it, contract §7)."""
+
+
+def api_key_rate_limit_headers() -> dict[str, str]:
     """Return the classic per-key rate-limit headers of a rejected API-key request."""
-    reset = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + retry_after_s))
+    reset = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + KEY_RETRY_AFTER_S))
     return {
-        "retry-after": str(retry_after_s),
+        "retry-after": str(KEY_RETRY_AFTER_S),
         "anthropic-ratelimit-requests-limit": "50",
         "anthropic-ratelimit-requests-remaining": "0",
         "anthropic-ratelimit-requests-reset": reset,
@@ -489,7 +494,7 @@ class MessagesApiStandIn(ThreadServer):
                     "rate_limit_error",
                     "This request would exceed the rate limit for your organization of 50 "
                     "requests per minute. Please try again later.",
-                    api_key_rate_limit_headers(reset_in),
+                    api_key_rate_limit_headers(),
                 )
             case Scenario.AUTH_401:
                 bearer = credential.kind != "x-api-key"
