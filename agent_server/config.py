@@ -55,8 +55,9 @@ class Settings:
     spawn user, its HOME, USER and LOGNAME are that user's."""
     spawn_user: SpawnUser | None = None
     """`AGENT_SERVER_SPAWN_USER`: whom every spawn runs as (None: the server's own uid)."""
-    broker: bool = False
-    """`AGENT_SERVER_BROKER=1`: the CLI's credentials reach only the broker (§4.8)."""
+    broker: bool = True
+    """`AGENT_SERVER_BROKER` (default on; `0` turns it off): the CLI's credentials reach
+    only the broker (§4.8)."""
     heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S
     """`AGENT_SERVER_HEARTBEAT_INTERVAL_S`: how often the heartbeat is sent (§8)."""
     setting_sources: tuple[str, ...] | None = None
@@ -114,7 +115,7 @@ class Settings:
             callback_key=SecretStr(callback_key) if callback_key else None,
             baseline_env={**environ, **(spawn_user.environ() if spawn_user else {})},
             spawn_user=spawn_user,
-            broker=_flag(environ, "AGENT_SERVER_BROKER"),
+            broker=_flag(environ, "AGENT_SERVER_BROKER", default=True),
             heartbeat_interval_s=_number(
                 environ,
                 "AGENT_SERVER_HEARTBEAT_INTERVAL_S",
@@ -225,9 +226,11 @@ def _log_format(environ: Mapping[str, str], *, isatty: bool) -> str:
         raise ConfigError(msg) from None
 
 
-def _flag(environ: Mapping[str, str], name: str) -> bool:
+def _flag(environ: Mapping[str, str], name: str, *, default: bool = False) -> bool:
     raw = environ.get(name, "").strip().lower()
-    if raw in ("", "0", "false", "no"):
+    if not raw:
+        return default
+    if raw in ("0", "false", "no"):
         return False
     if raw in ("1", "true", "yes"):
         return True

@@ -123,7 +123,7 @@ class TurnAsk:
             return (), None
         kind = self.auth_override.kind if self.auth_override is not None else None
         if not brokered:
-            return (), "it needs the broker (AGENT_SERVER_BROKER=1)"
+            return (), "it needs the broker (AGENT_SERVER_BROKER=0 turned it off)"
         if kind is None:
             return (), "it needs an auth_override to go after"
         usable = tuple(rung for rung in self.auth_ladder if rung.kind == kind)

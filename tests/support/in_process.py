@@ -38,6 +38,8 @@ def fake_cli_services(environ: Mapping[str, str], **extra: str) -> Services:
         "AGENT_SERVER_RUNTIME_COMMAND": str(FAKE_CLAUDE),
         "TRINITY_AGENT_AUTH_TOKEN": TOKEN,
         "IS_SANDBOX": "1",
+        # fake-claude makes no API exchange (tests/support/real_clis.py `broker_default`)
+        "AGENT_SERVER_BROKER": "0",
     }
     return Services.build(Settings.from_environ({**defaults, **environ, **extra}))
 

@@ -80,3 +80,19 @@ CODEX = RealCli("codex", "CODEX_VERSION", "node_modules/@openai/codex/bin/codex.
 GEMINI = RealCli(
     "gemini-cli", "GEMINI_CLI_VERSION", "node_modules/@google/gemini-cli/bundle/gemini.js"
 )
+
+
+def broker_default(command: str | None) -> str:
+    """`AGENT_SERVER_BROKER` for a server whose runtime command is `command`, where the
+    test says nothing: the product's default (on) for a real CLI or the default `claude`,
+    off for a stand-in.
+
+    A stand-in CLI (fake-claude, the hostile and intruder CLIs) makes no API exchange:
+    through the broker its turns would name no credential (contract §4.8) and its report
+    would show placeholders. Its tests are of the spawn, the layering and the output,
+    which the broker leaves as they are; the broker's own tests set `AGENT_SERVER_BROKER=1`.
+    """
+    if command is None:
+        return "1"
+    real = {cli.path() for cli in (CLAUDE, CODEX, GEMINI)} - {None}
+    return "1" if Path(command).resolve() in {path.resolve() for path in real if path} else "0"

@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 
 from agent_server.client_limits import ClientLimits
+from tests.support.real_clis import broker_default
 
 REPO = Path(__file__).resolve().parents[2]
 AGENT_SERVER = Path(sys.executable).with_name("agent-server")
@@ -86,6 +87,8 @@ class ServerProcess:
         self, environ: Mapping[str, str], log_path: Path, limits: ClientLimits | None = None
     ) -> None:
         self.environ = dict(environ)
+        command = self.environ.get("AGENT_SERVER_RUNTIME_COMMAND")
+        self.environ.setdefault("AGENT_SERVER_BROKER", broker_default(command))
         self.limits = limits
         self.port = int(self.environ.get("AGENT_SERVER_PORT") or free_port())
         self.environ["AGENT_SERVER_PORT"] = str(self.port)

@@ -27,6 +27,7 @@ def test_defaults(tmp_path: Path) -> None:
     assert settings.max_log_bytes == 8388608
     assert settings.log_format == "json"
     assert (settings.auth_token, settings.insecure_no_auth) == (None, False)
+    assert settings.broker is True
 
 
 def test_xdg_state_home_moves_the_state_dir(tmp_path: Path) -> None:
@@ -73,6 +74,7 @@ def test_the_controller_token_is_secret_and_stripped() -> None:
         pytest.param("AGENT_SERVER_HEARTBEAT_INTERVAL_S", "301", id="a heartbeat too rare"),
         pytest.param("AGENT_SERVER_HEARTBEAT_INTERVAL_S", "inf", id="no heartbeat at all"),
         pytest.param("AGENT_SERVER_SETTING_SOURCES", "user,policy", id="an unknown source"),
+        pytest.param("AGENT_SERVER_BROKER", "off-ish", id="a broker neither on nor off"),
     ],
 )
 def test_bad_values_are_refused(name: str, value: str) -> None:
@@ -156,3 +158,14 @@ def test_setting_sources(raw: str | None, sources: tuple[str, ...] | None) -> No
     """AGENT_SERVER_SETTING_SOURCES: which of the agent's settings files Claude Code loads."""
     environ = {"HOME": "/h"} if raw is None else {"HOME": "/h", "AGENT_SERVER_SETTING_SOURCES": raw}
     assert Settings.from_environ(environ).setting_sources == sources
+
+
+@pytest.mark.parametrize(
+    ("raw", "broker"),
+    [(None, True), (" ", True), ("1", True), ("yes", True), ("0", False), ("false", False)],
+    ids=["unset: on", "blank: on", "1", "yes", "0: off", "false: off"],
+)
+def test_the_broker_is_on_unless_turned_off(raw: str | None, broker: bool) -> None:
+    """AGENT_SERVER_BROKER: every CLI's credentials reach only the broker, unless 0 (§4.8)."""
+    environ = {"HOME": "/h"} if raw is None else {"HOME": "/h", "AGENT_SERVER_BROKER": raw}
+    assert Settings.from_environ(environ).broker is broker

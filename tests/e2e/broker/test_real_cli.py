@@ -122,16 +122,9 @@ def brokered(
     api: CapturingStandIn,
     secret_registry: SecretRegistry,
 ) -> ServerProcess:
-    """Through the broker, a subscription baseline."""
+    """Through the broker (the default), a subscription baseline."""
     token = secret_registry.new("broker_baseline")
-    return start(
-        module_turn_servers,
-        cli,
-        api,
-        "brokered",
-        AGENT_SERVER_BROKER="1",
-        CLAUDE_CODE_OAUTH_TOKEN=token,
-    )
+    return start(module_turn_servers, cli, api, "brokered", CLAUDE_CODE_OAUTH_TOKEN=token)
 
 
 @pytest.fixture(scope="module")
@@ -143,7 +136,14 @@ def direct(
 ) -> ServerProcess:
     """The same server without the broker: the CLI holds the credential itself."""
     token = secret_registry.new("direct_baseline")
-    return start(module_turn_servers, cli, api, "direct", CLAUDE_CODE_OAUTH_TOKEN=token)
+    return start(
+        module_turn_servers,
+        cli,
+        api,
+        "direct",
+        AGENT_SERVER_BROKER="0",
+        CLAUDE_CODE_OAUTH_TOKEN=token,
+    )
 
 
 def post(server: ServerProcess, body: dict[str, Any]) -> httpx.Response:

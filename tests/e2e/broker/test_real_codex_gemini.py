@@ -169,7 +169,7 @@ def servers(
     for runtime, api in (("codex", openai), ("gemini-cli", gemini)):
         for mode in ("brokered", "direct"):
             key = secret_registry.new(f"{runtime}_{mode}_baseline".replace("-", ""))
-            extra = {"AGENT_SERVER_BROKER": "1"} if mode == "brokered" else {}
+            extra = {"AGENT_SERVER_BROKER": "1" if mode == "brokered" else "0"}
             name = f"{runtime}-{mode}"
             started[name] = start(module_turn_servers, runtime, api, name, key, **extra)
     return started

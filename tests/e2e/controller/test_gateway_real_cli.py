@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from agent_server.controller import WalkEvent, WalkTurn
-from tests.support.messages_api import MessagesApiStandIn, Scenario
+from tests.support.messages_api import KEY_RETRY_AFTER_S, MessagesApiStandIn, Scenario
 from tests.support.server import ServerProcess
 from tests.support.walk_harness import (  # noqa: F401 - the *_fixture names are fixtures
     HOUR,
@@ -32,7 +32,9 @@ GLM = "glm-4.6"
 @pytest.mark.parametrize(
     ("scenario", "code", "due_in_s"),
     [
-        pytest.param(Scenario.RATE_LIMIT_API_KEY, "rate_limit", 300, id="429: its 5 minutes"),
+        pytest.param(
+            Scenario.RATE_LIMIT_API_KEY, "rate_limit", KEY_RETRY_AFTER_S, id="429: its retry-after"
+        ),
         pytest.param(Scenario.AUTH_401, "auth", HOUR, id="401: the subscription's reset"),
     ],
 )
@@ -47,7 +49,7 @@ async def test_a_glm_gateways_refusal_is_the_gateways(
 ) -> None:
     """The subscription is capped and the gateway (model glm-4.6) refuses: the gateway's
     failure is recorded as what it said (not `model_unsupported`), and the agent waits,
-    its retry at the earliest window known (the gateway's own 5 minutes after a 429)."""
+    its retry at the earliest window known (the gateway's `retry-after` after a 429)."""
     sub, gw = creds.new("ratelimit"), creds.new("good")
     api.on(gw, scenario)
     pool = make_pool(

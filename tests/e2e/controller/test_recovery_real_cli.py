@@ -27,7 +27,12 @@ from agent_server.controller import (
     WalkTurn,
     utc_now,
 )
-from tests.support.messages_api import MessagesApiStandIn, Scenario, fingerprint
+from tests.support.messages_api import (
+    KEY_RETRY_AFTER_S,
+    MessagesApiStandIn,
+    Scenario,
+    fingerprint,
+)
 from tests.support.redis_server import RedisServer, redis_server  # noqa: F401 - a fixture
 from tests.support.server import REPO, ServerProcess
 from tests.support.walk_harness import (  # noqa: F401 - the *_fixture names are fixtures
@@ -168,16 +173,16 @@ async def test_two_waiting_turns_of_one_agent_both_run(
     assert left == {}
 
 
-async def test_a_key_only_wait_is_minutes_and_status_shows_it(
+async def test_a_key_only_wait_is_its_retry_after_and_status_shows_it(
     agent: ServerProcess,
     api: MessagesApiStandIn,
     creds: Credentials,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """The subscription is walled for 10 days and the key answers a 429 (its 5-minute
-    window, no reset said): the retry is due in minutes, not days; `pool status --json`
-    shows the waiting turn and its due time."""
+    """The subscription is walled for 10 days and the key answers a 429 (a per-minute
+    limit, its `retry-after` seconds): the retry is due when the API said, not in days;
+    `pool status --json` shows the waiting turn and its due time."""
     a, key = creds.new("ratelimit"), creds.new("good")
     api.reset_in(a, 10 * DAY)
     api.on(key, Scenario.RATE_LIMIT_API_KEY)
@@ -187,7 +192,7 @@ async def test_a_key_only_wait_is_minutes_and_status_shows_it(
         result = await walker.walk(WalkTurn("key-bot", "hi", execution_id="key-wait"))
     assert attempts(result) == [("a", "rate_limit"), ("key", "rate_limit")]
     assert result.retry is not None
-    assert about(result.retry.due_at, 300)
+    assert about(result.retry.due_at, KEY_RETRY_AFTER_S)
     pool_file = tmp_path / "pool.toml"
     pool_file.write_text(
         '[[credential]]\nid = "a"\nkind = "subscription"\nsecret_env = "STATUS_A"\n'

@@ -202,17 +202,17 @@ def test_insecure_mode_says_so(environ: dict[str, str]) -> None:
         ),
         pytest.param(
             "codex",
-            [],
+            ["api_key", "provider"],
             CODEX_TURN_OPTIONS,
             ["allowed_tools"],
-            id="codex takes no Claude credential, enforces no tool list, has no turn cap",
+            id="codex takes a key or a provider, enforces no tool list, has no turn cap",
         ),
         pytest.param(
             "gemini-cli",
-            [],
+            ["api_key", "provider"],
             ["model", "system_prompt", "resume_session_id"],
             ["allowed_tools", "persist_session"],
-            id="gemini takes no Claude credential and keeps its sessions",
+            id="gemini takes a key or a provider and keeps its sessions",
         ),
     ],
 )
@@ -223,13 +223,24 @@ def test_capabilities_are_the_runtimes(
     options: list[str],
     unenforced: list[str],
 ) -> None:
-    """capabilities follow the contract §6.1 table of each runtime."""
-    services = fake_cli_services(environ, AGENT_RUNTIME=runtime)
+    """capabilities follow the contract §6.1 table of each runtime, with the broker on
+    (the default)."""
+    services = fake_cli_services(environ, AGENT_RUNTIME=runtime, AGENT_SERVER_BROKER="1")
     body = _health(services).json()
     assert body["runtime"] == runtime
     assert body["capabilities"]["auth_override"] == overrides
     assert body["capabilities"]["turn_options"] == options
     assert body["capabilities"]["not_enforced"] == unenforced
+
+
+@pytest.mark.parametrize("runtime", ["codex", "gemini-cli"])
+def test_without_the_broker_a_key_only_cli_takes_no_override(
+    environ: dict[str, str], runtime: str
+) -> None:
+    """With AGENT_SERVER_BROKER=0 the CLI's own configuration would choose where a key
+    goes, so Codex and Gemini CLI take no `auth_override` (contract §6.2)."""
+    services = fake_cli_services(environ, AGENT_RUNTIME=runtime, AGENT_SERVER_BROKER="0")
+    assert _health(services).json()["capabilities"]["auth_override"] == []
 
 
 def test_active_executions_counts_the_turns_in_flight(environ: dict[str, str]) -> None:
