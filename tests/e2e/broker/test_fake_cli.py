@@ -2,32 +2,62 @@
 
 The fake CLI makes no request at all: whatever it prints, the API answered nothing on
 the turn's credential, so the answer names no credential and switches none (§4.8, §7).
+Every test runs twice: the CLI as the server's uid, and as the spawn user.
 """
 
 from __future__ import annotations
 
 import json
+import pwd
+from collections.abc import Iterator
 
 import httpx
 import pytest
 
 from tests.conftest import SecretRegistry
 from tests.e2e.conftest import TurnServers
+from tests.support.agent_user import Reachable, spawn_test_user
 from tests.support.fake_cli import fingerprint
-from tests.support.server import ServerProcess
+from tests.support.server import FAKE_CLAUDE, ServerProcess
 
 OVERRIDE_HEADER = "x-trinity-auth-override"
 
 
 @pytest.fixture(scope="module")
-def server(module_turn_servers: TurnServers, secret_registry: SecretRegistry) -> ServerProcess:
+def reachable() -> Iterator[Reachable]:
+    """The stand-in CLIs where the spawn user (created when missing) can run them."""
+    copies = Reachable(spawn_test_user().pw_uid)
+    try:
+        yield copies
+    finally:
+        copies.close()
+
+
+@pytest.fixture(scope="module", params=["same uid", "spawn user"])
+def server(
+    request: pytest.FixtureRequest,
+    module_turn_servers: TurnServers,
+    secret_registry: SecretRegistry,
+) -> ServerProcess:
     """A brokered server running the fake CLI, a subscription baseline (in the recorded
-    transcripts' permission mode, which they replay)."""
-    token = secret_registry.new("fake_broker_baseline")
+    transcripts' permission mode, which they replay), its turns as the server's uid or
+    as the spawn user."""
+    token = secret_registry.new(f"fake_broker_baseline_{request.param.replace(' ', '_')}")
+    as_user: dict[str, str] = {}
+    if request.param == "spawn user":
+        reach: Reachable = request.getfixturevalue("reachable")
+        work = reach.directory("work")
+        as_user = {
+            "AGENT_SERVER_SPAWN_USER": pwd.getpwuid(reach.uid).pw_name,
+            "AGENT_SERVER_RUNTIME_COMMAND": str(reach.stand_in("fake-claude")),
+            "AGENT_SERVER_WORKDIR": str(work),
+            "AGENT_SERVER_ENV_FILE": str(work / ".env"),
+        }
     return module_turn_servers.start(
         AGENT_SERVER_BROKER="1",
         CLAUDE_CODE_OAUTH_TOKEN=token,
         AGENT_SERVER_PERMISSION_MODE="default",
+        **as_user,
     )
 
 
@@ -72,3 +102,41 @@ def test_a_printed_refusal_blames_nobody(
     assert (detail["error_code"], detail["switch_credential"]) == ("execution_error", False)
     assert (detail["resets_at"], detail["metadata"]["fingerprint"]) == (None, None)
     assert OVERRIDE_HEADER not in response.headers
+
+
+@pytest.mark.parametrize("mode", ["same uid", "spawn user"])
+@pytest.mark.parametrize(
+    ("runtime", "stand_in", "variable"),
+    [("codex", "fake-codex", "OPENAI_API_KEY"), ("gemini-cli", "fake-gemini", "GEMINI_API_KEY")],
+)
+def test_a_key_only_clis_spawn_holds_only_a_placeholder(
+    request: pytest.FixtureRequest,
+    module_turn_servers: TurnServers,
+    secret_registry: SecretRegistry,
+    mode: str,
+    runtime: str,
+    stand_in: str,
+    variable: str,
+) -> None:
+    """Codex's and Gemini CLI's key, the baseline's and an override's: the CLI's
+    environment holds a placeholder in the key's variable, never either key."""
+    label = f"{runtime}_{mode}".replace("-", "_").replace(" ", "_")
+    baseline, override = secret_registry.new(f"{label}_base"), secret_registry.new(f"{label}_over")
+    env = {"AGENT_RUNTIME": runtime, "AGENT_SERVER_BROKER": "1", variable: baseline}
+    if mode == "spawn user":
+        reach: Reachable = request.getfixturevalue("reachable")
+        work = reach.directory("work")
+        env |= {
+            "AGENT_SERVER_SPAWN_USER": pwd.getpwuid(reach.uid).pw_name,
+            "AGENT_SERVER_RUNTIME_COMMAND": str(reach.stand_in(stand_in)),
+            "AGENT_SERVER_WORKDIR": str(work),
+            "AGENT_SERVER_ENV_FILE": str(work / ".env"),
+        }
+    else:
+        env["AGENT_SERVER_RUNTIME_COMMAND"] = str(FAKE_CLAUDE.with_name(stand_in))
+    server = module_turn_servers.start(**env)
+    response = post(server, {"message": "hi", "auth_override": {"api_key": override}})
+    assert response.status_code == 200, response.text
+    report = json.loads(response.json()["response"])
+    assert list(report["fingerprints"]) == [variable]
+    assert report["fingerprints"][variable] not in {fingerprint(baseline), fingerprint(override)}

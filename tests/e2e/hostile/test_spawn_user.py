@@ -128,17 +128,26 @@ def test_the_state_dir_is_closed_to_the_agent(
     assert (server.state_dir / "oauth-token").read_text() == rotated
 
 
+@pytest.mark.parametrize("broker", ["0", "1"], ids=["descriptors", "the broker"])
 def test_no_turn_finds_another_turns_credential_anywhere(
     turn_servers: TurnServers,
     reachable: Reachable,
     agent: pwd.struct_passwd,
     secret_registry: SecretRegistry,
+    broker: str,
 ) -> None:
     """While turn A runs on its override, turn B scans every environment and descriptor it
-    can: no credential of A's, of the baseline or of the controller; nor in its own."""
-    baseline = secret_registry.new("isolation_baseline")
-    server = _start(turn_servers, reachable, agent, CLAUDE_CODE_OAUTH_TOKEN=baseline)
-    override = secret_registry.new("isolation_override")
+    can: no credential of A's, of the baseline or of the controller; nor in its own.
+    Through the broker A's override is a gateway's, whose token the CLI would hold in its
+    environment: there it is a placeholder."""
+    baseline = secret_registry.new(f"isolation_baseline_{broker}")
+    server = _start(
+        turn_servers, reachable, agent, CLAUDE_CODE_OAUTH_TOKEN=baseline, AGENT_SERVER_BROKER=broker
+    )
+    override = secret_registry.new(f"isolation_override_{broker}")
+    given: dict[str, Any] = {"oauth_token": override}
+    if broker == "1":
+        given = {"provider": {"base_url": "http://127.0.0.1:9", "auth_token": override}}
     assert server.token is not None
     secrets = {fingerprint(v) for v in (baseline, override, server.token)}
     with ThreadPoolExecutor(1) as pool:
@@ -147,7 +156,7 @@ def test_no_turn_finds_another_turns_credential_anywhere(
             server,
             "hold",
             prompt={"hold_s": 4},
-            auth_override={"oauth_token": override},
+            auth_override=given,
             execution_id="holder",
         )
         wait_listed(server, "holder", timeout=30)
@@ -158,6 +167,8 @@ def test_no_turn_finds_another_turns_credential_anywhere(
     assert not secrets & set(scan["scan_environ"]["fingerprints"])
     assert not secrets & set(scan["scan_environ"]["descriptors"])
     assert not secrets & set(scan["own_environ"]["fingerprints"])
+    if broker == "1":  # it found the holder's gateway token: a placeholder
+        assert scan["scan_environ"]["fingerprints"]
     names = scan["own_environ"]["names"]
     assert "CLAUDE_CODE_OAUTH_TOKEN" not in names
     assert "CLAUDE_CODE_OAUTH_TOKEN_FILE_DESCRIPTOR" in names
