@@ -41,7 +41,8 @@ REFUSAL_WINDOWS: dict[FailureKind, timedelta] = {
     "rate_limit": timedelta(minutes=5),
     "immediate_hard_limit": timedelta(hours=2),
 }
-"""The platform key (and the gateway) is not offered again this long after a refusal."""
+"""The platform key (and the gateway) is not offered again this long after a refusal
+(a rate limit whose reset the API said: until that reset, `refused_until`)."""
 FRESH_READING = timedelta(minutes=15)
 """A reading this young speaks for the credential now (to refuse it, or readmit it)."""
 USABLE_READING = timedelta(hours=5)
@@ -195,8 +196,15 @@ def headroom_key(standing: Standing, now: datetime) -> tuple[int, int, int, int,
     return (group, band, standing.agents, standing.in_flight, standing.info.id)
 
 
+def refused_until(failure: Failure) -> datetime:
+    """When the platform key (or the gateway) is offered again after `failure`: a rate
+    limit's own reset when the API said one (a per-minute limit's `retry-after`: seconds),
+    else its kind's window."""
+    if failure.kind == "rate_limit" and failure.resets_at is not None:
+        return failure.resets_at
+    return failure.at + REFUSAL_WINDOWS[failure.kind]
+
+
 def refused_recently(standing: Standing, now: datetime) -> bool:
-    """The platform key's (and the gateway's) question: refused inside its window."""
-    return any(
-        now - failure.at < REFUSAL_WINDOWS[kind] for kind, failure in standing.failures.items()
-    )
+    """The platform key's (and the gateway's) question: refused, and not offered again yet."""
+    return any(now < refused_until(failure) for failure in standing.failures.values())

@@ -5,7 +5,8 @@ A credential is offered to a turn again (`offered_again`):
 
 - behind a wall (a rate limit with a known reset): at that reset;
 - the platform key or the gateway, refused: when its refusal windows have all passed
-  (5 minutes after a 429, 2 hours after auth or billing);
+  (a 429's own reset when the API said one, else 5 minutes; 2 hours after auth or
+  billing);
 - a subscription in the skip list with no reset known: once its failure is
   `LAST_RESORT_AGE` old (an autonomous turn may take it then);
 - a subscription whose fresh reading refuses: at the reading's reset.
@@ -21,10 +22,10 @@ from datetime import datetime, timedelta
 
 from agent_server.controller.pool.standing import (
     LAST_RESORT_AGE,
-    REFUSAL_WINDOWS,
     Standing,
     failed_recently,
     fresh,
+    refused_until,
     refusing,
     walled,
 )
@@ -43,7 +44,7 @@ def offered_again(standing: Standing, now: datetime) -> datetime | None:
     if wall is not None:
         return wall
     if standing.info.kind != "subscription":
-        ends = [failure.at + REFUSAL_WINDOWS[kind] for kind, failure in standing.failures.items()]
+        ends = [refused_until(failure) for failure in standing.failures.values()]
         ahead = [end for end in ends if end > now]
         return max(ahead, default=None)
     reading = fresh(standing.reading, now)

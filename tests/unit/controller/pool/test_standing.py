@@ -229,10 +229,15 @@ def test_headroom_ranks_fewer_turns_in_flight_after_fewer_agents() -> None:
         pytest.param(refused("billing", ago(121)), False, id="billing: offered again after 2 h"),
         pytest.param(limited(ago(4)), True, id="a 429: refused for 5 min"),
         pytest.param(limited(ago(5)), False, id="a 429: offered again after 5 min"),
+        pytest.param(limited(ago(1), ahead(0.5)), True, id="a 429 with its reset: until then"),
+        pytest.param(
+            limited(ago(1), ago(0.5)), False, id="a 429 with its reset: offered again after it"
+        ),
     ],
 )
 def test_the_key_refusal_windows(failure: Failure, expected: bool) -> None:
-    """The platform key waits 2 h after auth or billing, 5 min after a 429."""
+    """The platform key waits 2 h after auth or billing; after a 429 until the reset the
+    API said (a per-minute limit's seconds), else 5 min."""
     assert refused_recently(standing(failure, info=KEY), NOW) is expected
 
 
