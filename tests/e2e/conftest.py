@@ -6,6 +6,7 @@ body; at teardown no registered test secret may appear in either (contract §8).
 
 from __future__ import annotations
 
+import pwd
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -18,6 +19,7 @@ import pytest
 from agent_server.client_limits import ClientLimits
 from tests.conftest import SecretRegistry, agent_environ
 from tests.support import trinity
+from tests.support.agent_user import Reachable, spawn_test_user
 from tests.support.server import ServerProcess, server_environ
 
 
@@ -85,6 +87,25 @@ def server_env(servers: ServerFactory) -> dict[str, str]:
 def start_server(servers: ServerFactory) -> Callable[[Mapping[str, str]], ServerProcess]:
     """Start a real server with a given env."""
     return servers.start
+
+
+# --- the agent as another user (tests/support/agent_user.py) ---------------------------
+
+
+@pytest.fixture(scope="module")
+def spawn_user() -> pwd.struct_passwd:
+    """The test spawn user (created when missing; root only, as CI runs)."""
+    return spawn_test_user()
+
+
+@pytest.fixture(scope="module")
+def reachable(spawn_user: pwd.struct_passwd) -> Iterator[Reachable]:
+    """What the spawn user must run, where it may go; removed at the module's end."""
+    copies = Reachable(spawn_user.pw_uid)
+    try:
+        yield copies
+    finally:
+        copies.close()
 
 
 # --- the turn plane's servers (tests/support/server.py) and process probes ------------

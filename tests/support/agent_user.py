@@ -109,6 +109,17 @@ class Reachable:
         argv = [self.python, "-m", "agent_server", "serve"]
         return argv, {"PYTHONPATH": f"{self.root / 'src'}:{packages}"}
 
+    def spawn_environ(self, command: Path) -> dict[str, str]:
+        """What a server (as root) adds to run its turns' `command` (a copy here) as this
+        user, in a workdir of that user's own with the agent's `.env` in it."""
+        work = self.directory("work")
+        return {
+            "AGENT_SERVER_SPAWN_USER": pwd.getpwuid(self.uid).pw_name,
+            "AGENT_SERVER_RUNTIME_COMMAND": str(command),
+            "AGENT_SERVER_WORKDIR": str(work),
+            "AGENT_SERVER_ENV_FILE": str(work / ".env"),
+        }
+
     def directory(self, name: str) -> Path:
         """A fresh directory here that the other user owns (a workdir, a home)."""
         path = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=self.root))

@@ -8,29 +8,17 @@ Every test runs twice: the CLI as the server's uid, and as the spawn user.
 from __future__ import annotations
 
 import json
-import pwd
-from collections.abc import Iterator
 
 import httpx
 import pytest
 
 from tests.conftest import SecretRegistry
 from tests.e2e.conftest import TurnServers
-from tests.support.agent_user import Reachable, spawn_test_user
+from tests.support.agent_user import Reachable
 from tests.support.fake_cli import fingerprint
 from tests.support.server import FAKE_CLAUDE, ServerProcess
 
 OVERRIDE_HEADER = "x-trinity-auth-override"
-
-
-@pytest.fixture(scope="module")
-def reachable() -> Iterator[Reachable]:
-    """The stand-in CLIs where the spawn user (created when missing) can run them."""
-    copies = Reachable(spawn_test_user().pw_uid)
-    try:
-        yield copies
-    finally:
-        copies.close()
 
 
 @pytest.fixture(scope="module", params=["same uid", "spawn user"])
@@ -46,13 +34,7 @@ def server(
     as_user: dict[str, str] = {}
     if request.param == "spawn user":
         reach: Reachable = request.getfixturevalue("reachable")
-        work = reach.directory("work")
-        as_user = {
-            "AGENT_SERVER_SPAWN_USER": pwd.getpwuid(reach.uid).pw_name,
-            "AGENT_SERVER_RUNTIME_COMMAND": str(reach.stand_in("fake-claude")),
-            "AGENT_SERVER_WORKDIR": str(work),
-            "AGENT_SERVER_ENV_FILE": str(work / ".env"),
-        }
+        as_user = reach.spawn_environ(reach.stand_in("fake-claude"))
     return module_turn_servers.start(
         AGENT_SERVER_BROKER="1",
         CLAUDE_CODE_OAUTH_TOKEN=token,
@@ -125,13 +107,7 @@ def test_a_key_only_clis_spawn_holds_only_a_placeholder(
     env = {"AGENT_RUNTIME": runtime, "AGENT_SERVER_BROKER": "1", variable: baseline}
     if mode == "spawn user":
         reach: Reachable = request.getfixturevalue("reachable")
-        work = reach.directory("work")
-        env |= {
-            "AGENT_SERVER_SPAWN_USER": pwd.getpwuid(reach.uid).pw_name,
-            "AGENT_SERVER_RUNTIME_COMMAND": str(reach.stand_in(stand_in)),
-            "AGENT_SERVER_WORKDIR": str(work),
-            "AGENT_SERVER_ENV_FILE": str(work / ".env"),
-        }
+        env |= reach.spawn_environ(reach.stand_in(stand_in))
     else:
         env["AGENT_SERVER_RUNTIME_COMMAND"] = str(FAKE_CLAUDE.with_name(stand_in))
     server = module_turn_servers.start(**env)

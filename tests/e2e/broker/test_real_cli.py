@@ -30,7 +30,7 @@ from starlette.responses import Response
 
 from tests.conftest import SecretRegistry
 from tests.e2e.conftest import TurnServers
-from tests.support.agent_user import Reachable, spawn_test_user
+from tests.support.agent_user import Reachable
 from tests.support.messages_api import (
     QUIET_CLI,
     Headroom,
@@ -285,40 +285,19 @@ class Hostile:
 
 
 @pytest.fixture(scope="module")
-def spawn_user() -> pwd.struct_passwd:
-    """The test spawn user (created when missing; root only, as CI runs)."""
-    return spawn_test_user()
-
-
-@pytest.fixture(scope="module")
-def reachable(spawn_user: pwd.struct_passwd) -> Iterator[Reachable]:
-    """The real CLI and the directories the spawn user must reach."""
-    copies = Reachable(spawn_user.pw_uid)
-    try:
-        yield copies
-    finally:
-        copies.close()
-
-
-@pytest.fixture(scope="module")
 def as_spawn_user(
     module_turn_servers: TurnServers,
     cli: Path,
     api: CapturingStandIn,
     secret_registry: SecretRegistry,
-    spawn_user: pwd.struct_passwd,
     reachable: Reachable,
 ) -> ServerProcess:
     """Through the broker, each turn's CLI running as the spawn user (the CLI's copy is
     no path `broker_default` knows, so the broker is named)."""
-    work = reachable.directory("work")
     return module_turn_servers.start(
         module_turn_servers.home("spawn-user"),
         AGENT_SERVER_BROKER="1",
-        AGENT_SERVER_SPAWN_USER=spawn_user.pw_name,
-        AGENT_SERVER_RUNTIME_COMMAND=str(reachable.program(cli)),
-        AGENT_SERVER_WORKDIR=str(work),
-        AGENT_SERVER_ENV_FILE=str(work / ".env"),
+        **reachable.spawn_environ(reachable.program(cli)),
         ANTHROPIC_BASE_URL=api.base_url,
         CLAUDE_CODE_OAUTH_TOKEN=secret_registry.new("broker_spawn_user_baseline"),
         **QUIET_CLI,

@@ -21,7 +21,6 @@ import secrets
 import signal
 import time
 import uuid
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +35,7 @@ from agent_server.execution.transcript import MAX_LINE_BYTES, MAX_LOG_LINES
 from agent_server.wire.results import LiveEvent
 from tests.conftest import SecretRegistry
 from tests.e2e.conftest import TurnServers, wait_listed
-from tests.support.agent_user import Reachable, spawn_test_user
+from tests.support.agent_user import Reachable
 from tests.support.contract import leaked
 from tests.support.server import HOSTILE_CLI, ServerProcess
 
@@ -195,20 +194,9 @@ ESCAPE_TRIES = 20
 
 
 @pytest.fixture(scope="module")
-def spawn_user_hostile(module_turn_servers: TurnServers) -> Iterator[ServerProcess]:
+def spawn_user_hostile(module_turn_servers: TurnServers, reachable: Reachable) -> ServerProcess:
     """The hostile CLI as the test spawn user (root only: elsewhere unavailable)."""
-    agent = spawn_test_user()
-    reach = Reachable(agent.pw_uid)
-    try:
-        workdir = reach.directory("work")
-        yield module_turn_servers.start(
-            AGENT_SERVER_SPAWN_USER=agent.pw_name,
-            AGENT_SERVER_RUNTIME_COMMAND=str(reach.stand_in("hostile-cli")),
-            AGENT_SERVER_WORKDIR=str(workdir),
-            AGENT_SERVER_ENV_FILE=str(workdir / ".env"),
-        )
-    finally:
-        reach.close()
+    return module_turn_servers.start(**reachable.spawn_environ(reachable.stand_in("hostile-cli")))
 
 
 @pytest.fixture(scope="module")

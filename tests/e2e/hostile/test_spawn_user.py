@@ -15,7 +15,6 @@ import json
 import os
 import pwd
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ import pytest
 
 from tests.conftest import SecretRegistry
 from tests.e2e.conftest import TurnServers, wait_listed
-from tests.support.agent_user import Reachable, spawn_test_user
+from tests.support.agent_user import Reachable
 from tests.support.callback_receiver import CallbackReceiver
 from tests.support.fake_cli import fingerprint
 from tests.support.messages_api import QUIET_CLI, MessagesApiStandIn, Scenario, require_real_cli
@@ -35,35 +34,10 @@ pytestmark = pytest.mark.timeout(180)
 ALL_CAPS_DROPPED = ["0000000000000000"]
 
 
-@pytest.fixture(scope="module")
-def agent() -> pwd.struct_passwd:
-    """The test spawn user (created when missing; root only)."""
-    return spawn_test_user()
-
-
-@pytest.fixture(scope="module")
-def reachable(agent: pwd.struct_passwd) -> Iterator[Reachable]:
-    """What the spawn user must run, where it may go."""
-    copies = Reachable(agent.pw_uid)
-    try:
-        yield copies
-    finally:
-        copies.close()
-
-
-def _start(
-    turn_servers: TurnServers, reachable: Reachable, agent: pwd.struct_passwd, **extra: str
-) -> ServerProcess:
+def _start(turn_servers: TurnServers, reachable: Reachable, **extra: str) -> ServerProcess:
     """A server as root whose turns run the intruder as the spawn user, in its own workdir."""
-    workdir = reachable.directory("work")
-    environ = {
-        "AGENT_SERVER_SPAWN_USER": agent.pw_name,
-        "AGENT_SERVER_RUNTIME_COMMAND": str(reachable.stand_in("intruder-cli")),
-        "AGENT_SERVER_WORKDIR": str(workdir),
-        "AGENT_SERVER_ENV_FILE": str(workdir / ".env"),
-        **extra,
-    }
-    return turn_servers.start(**environ)
+    environ = reachable.spawn_environ(reachable.stand_in("intruder-cli"))
+    return turn_servers.start(**{**environ, **extra})
 
 
 def _attack(server: ServerProcess, *attacks: str, **body: Any) -> dict[str, Any]:
@@ -77,27 +51,27 @@ def _attack(server: ServerProcess, *attacks: str, **body: Any) -> dict[str, Any]
 
 
 def test_a_turn_runs_as_the_spawn_user_with_nothing_to_gain(
-    turn_servers: TurnServers, reachable: Reachable, agent: pwd.struct_passwd
+    turn_servers: TurnServers, reachable: Reachable, spawn_user: pwd.struct_passwd
 ) -> None:
     """Its uid and group, no other group, every capability set empty, no_new_privs; and
     /health says so."""
-    server = _start(turn_servers, reachable, agent)
+    server = _start(turn_servers, reachable)
     me = _attack(server, "whoami")["whoami"]
-    assert me["Uid"] == [str(agent.pw_uid)] * 4
-    assert me["Gid"] == [str(agent.pw_gid)] * 4
+    assert me["Uid"] == [str(spawn_user.pw_uid)] * 4
+    assert me["Gid"] == [str(spawn_user.pw_gid)] * 4
     assert me["Groups"] == []
     for capability_set in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
         assert me[capability_set] == ALL_CAPS_DROPPED, capability_set
     assert me["NoNewPrivs"] == "1"
     health = server.get("/health").json()
-    assert (health["isolation"], health["spawn_user"]) == ("spawn_user", agent.pw_name)
+    assert (health["isolation"], health["spawn_user"]) == ("spawn_user", spawn_user.pw_name)
 
 
 def test_the_agent_can_neither_signal_nor_read_the_server(
-    turn_servers: TurnServers, reachable: Reachable, agent: pwd.struct_passwd
+    turn_servers: TurnServers, reachable: Reachable, spawn_user: pwd.struct_passwd
 ) -> None:
     """kill -STOP / -9 $PPID and /proc/$PPID are refused; the server serves on."""
-    server = _start(turn_servers, reachable, agent)
+    server = _start(turn_servers, reachable)
     report = _attack(server, "signal_server", "read_server")
     assert report["signal_server"] == {
         "probe": "denied: PermissionError",
@@ -115,12 +89,12 @@ def test_the_agent_can_neither_signal_nor_read_the_server(
 def test_the_state_dir_is_closed_to_the_agent(
     turn_servers: TurnServers,
     reachable: Reachable,
-    agent: pwd.struct_passwd,
+    spawn_user: pwd.struct_passwd,
     secret_registry: SecretRegistry,
 ) -> None:
     """It can neither list, read nor write the rotated token, the results or the pending
     callbacks; the token the controller rotated in still serves after a restart."""
-    server = _start(turn_servers, reachable, agent)
+    server = _start(turn_servers, reachable)
     rotated = secret_registry.new("isolation_rotated")
     assert server.reload({"token": rotated}).status_code == 200
     report = _attack(server, "state_dir", prompt={"state_dir": str(server.state_dir)})
@@ -132,7 +106,7 @@ def test_the_state_dir_is_closed_to_the_agent(
 def test_no_turn_finds_another_turns_credential_anywhere(
     turn_servers: TurnServers,
     reachable: Reachable,
-    agent: pwd.struct_passwd,
+    spawn_user: pwd.struct_passwd,
     secret_registry: SecretRegistry,
     broker: str,
 ) -> None:
@@ -142,7 +116,7 @@ def test_no_turn_finds_another_turns_credential_anywhere(
     environment: there it is a placeholder."""
     baseline = secret_registry.new(f"isolation_baseline_{broker}")
     server = _start(
-        turn_servers, reachable, agent, CLAUDE_CODE_OAUTH_TOKEN=baseline, AGENT_SERVER_BROKER=broker
+        turn_servers, reachable, CLAUDE_CODE_OAUTH_TOKEN=baseline, AGENT_SERVER_BROKER=broker
     )
     override = secret_registry.new(f"isolation_override_{broker}")
     given: dict[str, Any] = {"oauth_token": override}
@@ -178,7 +152,7 @@ def test_no_turn_finds_another_turns_credential_anywhere(
 def test_the_real_cli_as_the_spawn_user_reads_its_descriptor_and_its_tools_find_nothing(
     turn_servers: TurnServers,
     reachable: Reachable,
-    agent: pwd.struct_passwd,
+    spawn_user: pwd.struct_passwd,
     secret_registry: SecretRegistry,
 ) -> None:
     """The pinned Claude Code as the spawn user reads the token from a pipe the server
@@ -191,7 +165,6 @@ def test_the_real_cli_as_the_spawn_user_reads_its_descriptor_and_its_tools_find_
         server = _start(
             turn_servers,
             reachable,
-            agent,
             AGENT_SERVER_RUNTIME_COMMAND=str(cli),
             ANTHROPIC_BASE_URL=api.base_url,
             CLAUDE_CODE_OAUTH_TOKEN=baseline,
@@ -205,7 +178,7 @@ def test_the_real_cli_as_the_spawn_user_reads_its_descriptor_and_its_tools_find_
         f"served-by kind=bearer fp={fingerprint(baseline)}"
     )
     (output,) = outputs  # never printed: it would hold what leaked
-    as_the_agent = f"USER={agent.pw_name}\n" in output
+    as_the_agent = f"USER={spawn_user.pw_name}\n" in output
     assert as_the_agent, "the tool did not run as the spawn user"
     read_the_turns = output.count("== /proc/") >= 2  # the CLI and the tool's own shell
     assert read_the_turns, "the tool read no environment of the turn's processes"
@@ -216,10 +189,10 @@ def test_the_real_cli_as_the_spawn_user_reads_its_descriptor_and_its_tools_find_
 
 
 def test_a_process_that_escapes_dies_with_its_turn_across_the_uid_boundary(
-    turn_servers: TurnServers, reachable: Reachable, agent: pwd.struct_passwd
+    turn_servers: TurnServers, reachable: Reachable, spawn_user: pwd.struct_passwd
 ) -> None:
     """A double-forked, setsid sleeper of the spawn user is found and killed at the end."""
-    server = _start(turn_servers, reachable, agent)
+    server = _start(turn_servers, reachable)
     sleeper = _attack(server, "escape", prompt={"escape_s": 120})["escape"]
     assert sleeper > 0
     deadline = time.monotonic() + 10
@@ -231,17 +204,17 @@ def test_a_process_that_escapes_dies_with_its_turn_across_the_uid_boundary(
 def test_a_dotenv_pointing_at_the_servers_files_is_read_as_the_agent(
     turn_servers: TurnServers,
     reachable: Reachable,
-    agent: pwd.struct_passwd,
+    spawn_user: pwd.struct_passwd,
     secret_registry: SecretRegistry,
 ) -> None:
     """`.env` is the agent's: a symlink to the server's token is opened as the agent, so
     refused; the status says why, and nothing of the file reaches a spawn."""
-    server = _start(turn_servers, reachable, agent)
+    server = _start(turn_servers, reachable)
     rotated = secret_registry.new("isolation_dotenv_target")
     assert server.reload({"token": rotated}).status_code == 200
     env_file = server.env_file
     env_file.symlink_to(server.state_dir / "oauth-token")
-    os.lchown(env_file, agent.pw_uid, agent.pw_gid)
+    os.lchown(env_file, spawn_user.pw_uid, spawn_user.pw_gid)
     report = _attack(server, "own_environ")
     assert fingerprint(rotated) not in report["own_environ"]["fingerprints"]
     problem = server.status()["files"]["env_file_problem"]
@@ -249,7 +222,7 @@ def test_a_dotenv_pointing_at_the_servers_files_is_read_as_the_agent(
 
 
 def test_the_controller_tells_the_servers_callback_from_the_agents(
-    turn_servers: TurnServers, reachable: Reachable, agent: pwd.struct_passwd
+    turn_servers: TurnServers, reachable: Reachable, spawn_user: pwd.struct_passwd
 ) -> None:
     """The agent POSTs an envelope with the callback key it holds: it carries no valid
     signature, the server's own does."""
@@ -258,7 +231,6 @@ def test_the_controller_tells_the_servers_callback_from_the_agents(
         server = _start(
             turn_servers,
             reachable,
-            agent,
             **receiver.environ(),
         )
         assert server.token is not None
