@@ -94,5 +94,5 @@ def broker_default(command: str | None) -> str:
     """
     if command is None:
         return "1"
-    real = {cli.path() for cli in (CLAUDE, CODEX, GEMINI)} - {None}
-    return "1" if Path(command).resolve() in {path.resolve() for path in real if path} else "0"
+    real = {path.resolve() for cli in (CLAUDE, CODEX, GEMINI) if (path := cli.path())}
+    return "1" if Path(command).resolve() in real else "0"
