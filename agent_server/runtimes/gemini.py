@@ -10,9 +10,10 @@ enforced; it has no turn cap and takes no images on stdin, so those are refused.
 Headless in any workdir (contract §6.3): `--skip-trust` trusts the workdir for that
 run only (no trustedFolders.json is written), and a settings file of the server's
 (`spawn_files`) turns the CLI's own API retries off (a refusal reaches the controller
-at once, not after ten tries over minutes) and, when `GOOGLE_GEMINI_BASE_URL` is set,
-selects the API-key auth type, without which Gemini CLI 0.61 exits 41 `Invalid auth
-method selected.`.
+at once, not after ten tries over minutes) and its session cleanup off (which would
+delete a concurrent turn's session before its first answer), and, when
+`GOOGLE_GEMINI_BASE_URL` is set, selects the API-key auth type, without which Gemini
+CLI 0.61 exits 41 `Invalid auth method selected.`.
 
 With stdin not a terminal and no prompt flag, Gemini CLI runs non-interactively and
 reads the prompt from stdin (never argv, where `ps` would show it). Its stream-json
@@ -184,9 +185,16 @@ CREDENTIAL_VARIABLES = (
 
 
 def headless_settings(env: Mapping[str, str]) -> dict[str, Any]:
-    """The settings a spawn with `env` needs to run headless: its own retries off, and
-    the API-key auth type when a base URL is set and nothing else chooses one."""
-    settings: dict[str, Any] = {"general": {"maxAttempts": 1}}
+    """The settings a spawn with `env` needs to run headless: its own retries off, its
+    session cleanup off, and the API-key auth type when a base URL is set and nothing
+    else chooses one.
+
+    Gemini CLI 0.61 sweeps its project's chats at every start and deletes each session
+    with nothing resumable in it yet: a concurrent turn's, before its model answered.
+    That turn's session is then gone, and resuming it fails "Invalid session
+    identifier" (seen in the conformance tier, three turns at once in one workdir)."""
+    general = {"maxAttempts": 1, "sessionRetention": {"enabled": False}}
+    settings: dict[str, Any] = {"general": general}
     if env.get(GEMINI_BASE_URL) and not any(env.get(name) == "true" for name in AUTH_SELECTORS):
         settings["security"] = {"auth": {"selectedType": "gemini-api-key"}}
     return settings

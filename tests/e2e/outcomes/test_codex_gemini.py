@@ -411,3 +411,25 @@ def test_the_controller_switches_exactly_on_rate_limit_billing_and_auth(
         switches = controller_reason(answer.status, detail["message"]) is not None
         assert switches is detail["switch_credential"], (name, answer.text)
         assert switches is (detail["error_code"] in SWITCHING_CODES), (name, answer.text)
+
+
+def test_a_gemini_turn_leaves_a_concurrent_turns_new_session(
+    live: dict[str, Answer], agents: dict[str, Agent]
+) -> None:
+    """A session another turn has just begun (nothing resumable in it yet) survives a
+    turn that starts meanwhile: Gemini CLI's own cleanup, which deletes such a session
+    at every start, is off in the server's headless settings (§6.3)."""
+    assert live["gemini_success"].status == 200
+    agent = agents["gemini_good"]
+    (chats,) = Path(agent.server.environ["HOME"]).glob(".gemini/tmp/*/chats")
+    begun = chats / "session-2026-01-01T00-00-5e55b0a1.jsonl"
+    begun.write_text(
+        '{"sessionId":"5e55b0a1-0000-4000-8000-000000000001","startTime":'
+        '"2026-01-01T00:00:00.000Z","lastUpdated":"2026-01-01T00:00:00.000Z","kind":"main"}\n'
+    )
+    try:
+        answer = _play(agent, "gemini_meanwhile", {})
+        assert answer.status == 200, answer.text
+        assert begun.exists(), "the turn's Gemini CLI deleted another turn's new session"
+    finally:
+        begun.unlink(missing_ok=True)

@@ -264,7 +264,8 @@ def test_gemini_gets_the_model_and_yolo(live: dict[str, Answer]) -> None:
     ]  # fmt: skip
     assert answer.json["metadata"]["model"] == "gemini-2.5-flash"
     root = os.geteuid() == 0
-    assert report["settings"] == ({"general": {"maxAttempts": 1}} if root else None)
+    headless = {"general": {"maxAttempts": 1, "sessionRetention": {"enabled": False}}}
+    assert report["settings"] == (headless if root else None)
 
 
 @pytest.mark.parametrize(

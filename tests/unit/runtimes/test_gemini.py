@@ -80,9 +80,10 @@ def test_stdin_and_protocol() -> None:
     ],
 )  # fmt: skip
 def test_headless_settings(env: dict[str, str], auth_type: str | None) -> None:
-    """Retries always off; an auth type only where the CLI would find none it can use."""
+    """Retries and the session cleanup always off; an auth type only where the CLI would
+    find none it can use."""
     settings = headless_settings(env)
-    assert settings["general"] == {"maxAttempts": 1}
+    assert settings["general"] == {"maxAttempts": 1, "sessionRetention": {"enabled": False}}
     assert settings.get("security", {}).get("auth", {}).get("selectedType") == auth_type
 
 
